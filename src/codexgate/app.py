@@ -1,0 +1,105 @@
+"""Builds the gateway from settings: upstreams, routes, the transport and the ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+
+from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
+from codexgate.backends.transport import AiohttpTransport, Transport
+from codexgate.config import Settings, UpstreamConfig
+from codexgate.discovery import LOCAL_SERVERS, discover
+from codexgate.routing import Router
+from codexgate.server.app import GatewayApp
+from codexgate.translate.dialect import ChatDialect
+
+log = logging.getLogger("codexgate")
+
+_REDISCOVER_SECONDS = 5.0
+
+
+def upstream_target(upstream: UpstreamConfig, settings: Settings,
+                    environ: Mapping[str, str]) -> UpstreamTarget:
+    headers = dict(upstream.headers)
+    if upstream.api_key_env:
+        key = environ.get(upstream.api_key_env)
+        if key:
+            headers.setdefault("authorization", f"Bearer {key}")
+        else:
+            log.warning("upstream %s: environment variable %s is not set; sending no key",
+                        upstream.name, upstream.api_key_env)
+    dialect = ChatDialect(
+        developer_role=upstream.developer_role,
+        reasoning_replay=upstream.reasoning_replay,
+        send_reasoning_effort=upstream.send_reasoning_effort,
+        max_tokens_field=upstream.max_tokens_field,
+        include_usage=upstream.include_usage,
+        extra_body=dict(upstream.extra_body),
+    )
+    return UpstreamTarget(
+        name=upstream.name,
+        base_url=upstream.base_url.rstrip("/"),
+        headers=headers,
+        dialect=dialect,
+        connect_timeout=upstream.connect_timeout or settings.connect_timeout,
+        idle_timeout=upstream.idle_timeout or settings.idle_timeout,
+        max_retries=upstream.max_retries if upstream.max_retries is not None else settings.max_retries,
+        retry_backoff=settings.retry_backoff,
+        max_retry_wait=settings.max_retry_wait,
+        models=tuple(upstream.models),
+    )
+
+
+class _LocalServerFinder:
+    """With no upstream configured, looks for a local model server at startup and again (at
+    most every few seconds) when a request arrives, so a server started later is picked up."""
+
+    def __init__(self, settings: Settings, router: Router[ChatBackend], transport: Transport,
+                 once: OnceLog, environ: Mapping[str, str]) -> None:
+        self._settings, self._router, self._transport = settings, router, transport
+        self._once, self._environ = once, environ
+        self._last_probe = float("-inf")
+
+    async def find(self) -> None:
+        if not self._settings.discover or self._router.backends:
+            return
+        now = asyncio.get_running_loop().time()
+        if now - self._last_probe < _REDISCOVER_SECONDS:
+            return
+        self._last_probe = now
+        found = await discover(self._transport)
+        if found is None:
+            self._once.warning("no upstream configured and no local model server found; requests "
+                               "fail until one is given with --upstream")
+            return
+        name, url = found
+        log.info("no upstream configured; using %s at %s", name, url)
+        upstream = UpstreamConfig(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
+        target = upstream_target(upstream, self._settings, self._environ)
+        self._router.backends[upstream.name] = ChatBackend(target, self._transport, self._once)
+
+
+def build_app(settings: Settings, transport: Transport | None = None,
+              environ: Mapping[str, str] | None = None) -> GatewayApp:
+    """The ASGI app for these settings. `transport` is the seam tests replace."""
+    environ = os.environ if environ is None else environ
+    transport = transport or AiohttpTransport()
+    once = OnceLog()
+    router: Router[ChatBackend] = Router()
+    for upstream in settings.all_upstreams():
+        router.backends[upstream.name] = ChatBackend(upstream_target(upstream, settings, environ), transport, once)
+    for model in settings.models:
+        router.add_model(model)
+    if settings.discover:
+        router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
+
+    finder = _LocalServerFinder(settings, router, transport, once, environ)
+    return GatewayApp(
+        router,
+        max_body_bytes=settings.max_body_bytes,
+        on_startup=finder.find,
+        on_shutdown=transport.aclose,
+        on_no_upstream=finder.find,
+    )

@@ -1,0 +1,215 @@
+"""The Chat Completions backend: canonical request in, canonical event stream out.
+
+Two phases, so the server can answer an HTTP error while it still can:
+`open()` sends the request (retrying connect errors and 5xx before the first byte) and raises a
+GatewayError for anything that fails before the upstream accepted; `events()` then yields
+batches of Responses events and always ends with a terminal event, whatever the upstream does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+import orjson
+
+from codexgate.backends.transport import Transport, UpstreamResponse
+from codexgate.errors import (
+    GatewayError,
+    Overloaded,
+    UpstreamError,
+    UpstreamServerError,
+    UpstreamTimeout,
+)
+from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.envelope import Envelope
+from codexgate.translate.request import to_chat_request
+from codexgate.translate.stream import ChatStreamTranslator, Event
+from codexgate.translate.upstream_errors import classify
+from codexgate.wire.responses import ResponsesRequest
+from codexgate.wire.sse import SSEDecoder
+
+log = logging.getLogger("codexgate.backend")
+
+_DONE = b"[DONE]"
+_MAX_ERROR_BODY = 64 * 1024
+_DRAIN_SECONDS = 2.0  # after the terminal event, how long to wait for [DONE] to keep the connection
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """One upstream as the backend needs it; built from config."""
+
+    name: str
+    base_url: str
+    headers: Mapping[str, str]
+    dialect: ChatDialect
+    connect_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    max_retries: int = 2
+    retry_backoff: float = 0.5
+    max_retry_wait: float = 30.0
+    models: tuple[str, ...] = ()  # what /v1/models lists; empty: ask the upstream
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class OnceLog:
+    """Logs each distinct message once per process (for dropped tool kinds and the like)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def warning(self, message: str) -> None:
+        if message not in self._seen:
+            self._seen.add(message)
+            log.warning(message)
+
+
+class ChatCall:
+    """One request to a chat upstream, from `open()` to the last event."""
+
+    def __init__(self, backend: ChatBackend, req: ResponsesRequest, upstream_model: str) -> None:
+        self._backend = backend
+        self._target = backend.target
+        chat = to_chat_request(req, self._target.dialect, upstream_model)
+        for kind in chat.tool_map.skipped_kinds:
+            backend.once.warning(f"tool kind {kind!r} cannot run on a chat upstream; left out")
+        for kind in chat.dropped_items:
+            backend.once.warning(f"input item type {kind!r} has no chat form; left out")
+        self._body = orjson.dumps(chat.body)
+        created = int(time.time())
+        self.envelope = Envelope.for_request(req, new_id("resp"), created)
+        self.translator = ChatStreamTranslator(
+            self.envelope, chat.tool_map, new_id,
+            input_token_estimate=len(self._body) // 4,
+            now=lambda: int(time.time()),
+        )
+        self._response: UpstreamResponse | None = None
+
+    async def open(self) -> None:
+        """Send the request. Raises GatewayError (already classified) if the upstream refuses."""
+        target = self._target
+        url = target.base_url.rstrip("/") + "/chat/completions"
+        headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
+        attempt = 0
+        while True:
+            try:
+                response = await self._backend.transport.open(
+                    "POST", url, headers, self._body, target.connect_timeout
+                )
+                if response.status == 200:
+                    self._response = response
+                    return
+                error = await self._error_from(response)
+                # 5xx before the first byte (503 "loading model" included) is worth a retry,
+                # unless its body says something final such as a context overflow.
+                retryable = response.status >= 500 and isinstance(error, (UpstreamServerError, Overloaded))
+            except UpstreamError as exc:
+                error, retryable = exc, exc.retryable
+            if not retryable or attempt >= target.max_retries:
+                raise error
+            wait = error.retry_after if error.retry_after is not None else (
+                target.retry_backoff * 2 ** attempt * random.uniform(0.9, 1.1)
+            )
+            if wait > target.max_retry_wait:
+                raise error
+            attempt += 1
+            log.info("upstream %s: %s; retry %d in %.2fs", target.name, error.message, attempt, wait)
+            await asyncio.sleep(wait)
+
+    async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
+        try:
+            body = await asyncio.wait_for(response.read(), self._target.connect_timeout)
+        except (UpstreamError, asyncio.TimeoutError):
+            body = b""
+        finally:
+            await response.aclose()
+        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers)
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        """Batches of events, first `response.created`; the last batch holds the terminal event.
+        Cancelling the iteration (client gone) closes the upstream request."""
+        translator = self.translator
+        response = self._response
+        assert response is not None, "open() first"
+        yield translator.start()
+        try:
+            async for batch in self._translate(response):
+                if batch:
+                    yield batch
+        except GatewayError as exc:
+            yield translator.fail(exc)
+        except Exception as exc:  # a bug must still end the stream well-formed
+            log.exception("unexpected error while streaming")
+            yield translator.fail(GatewayError(f"internal gateway error: {type(exc).__name__}"))
+        finally:
+            await response.aclose()
+
+    async def _translate(self, response: UpstreamResponse) -> AsyncIterator[list[Event]]:
+        translator = self.translator
+        decoder = SSEDecoder()
+        loads = orjson.loads
+        idle = self._target.idle_timeout
+        chunks = response.iter_chunks()
+        async with asyncio.timeout(idle) as deadline:
+            loop = asyncio.get_running_loop()
+            try:
+                async for raw in chunks:
+                    deadline.reschedule(loop.time() + idle)
+                    events: list[Event] = []
+                    for data in decoder.feed(raw):
+                        if data == _DONE:
+                            events.extend(translator.end_of_stream_marker())
+                            break
+                        try:
+                            chunk = loads(data)
+                        except orjson.JSONDecodeError:
+                            log.warning("upstream sent data that is not JSON: %.200r", data)
+                            continue
+                        events.extend(translator.feed(chunk))
+                    if events:
+                        yield events
+                    if translator.done:
+                        break
+                else:
+                    tail: list[Event] = []
+                    for data in decoder.finish():
+                        tail.extend(translator.end_of_stream_marker() if data == _DONE
+                                    else translator.feed(loads(data)))
+                    tail.extend(translator.finish())
+                    yield tail
+                    return
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"The upstream sent nothing for {idle:g} seconds (idle timeout)."
+                ) from None
+        await self._drain(chunks)
+
+    async def _drain(self, chunks: AsyncIterator[bytes]) -> None:
+        """Read what follows the terminal event ([DONE]) so the connection can be reused."""
+        try:
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                async for _ in chunks:
+                    pass
+        except (TimeoutError, UpstreamError):
+            pass
+
+
+class ChatBackend:
+    def __init__(self, target: UpstreamTarget, transport: Transport,
+                 once: OnceLog | None = None) -> None:
+        self.target = target
+        self.transport = transport
+        self.once = once or OnceLog()
+
+    def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
+        """Raises InvalidRequest if the request cannot be translated."""
+        return ChatCall(self, req, upstream_model)
+

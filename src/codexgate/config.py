@@ -1,0 +1,148 @@
+"""Settings: one typed object built once from, in order of precedence, command-line flags,
+`CODEXGATE_*` environment variables, a TOML file and defaults. Nothing is read at import time.
+
+TOML layout (all keys optional)::
+
+    idle_timeout = 300
+    [[upstreams]]
+    name = "ollama"
+    base_url = "http://127.0.0.1:11434/v1"
+    api_key_env = "OLLAMA_API_KEY"
+    headers = { "X-Team" = "core" }
+    [[models]]
+    name = "qwen-coder"            # what the client asks for
+    upstream = "ollama"
+    model = "qwen3-coder:30b"      # the upstream's id (default: name)
+    aliases = ["qc"]
+    context_window = 65536
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from codexgate.translate.dialect import DeveloperRole, ReasoningReplay
+
+ENV_PREFIX = "CODEXGATE_"
+SINGLE_UPSTREAM_NAME = "default"
+
+
+class ConfigError(Exception):
+    """The settings cannot be built; the message says what to fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UpstreamConfig(_Strict):
+    name: str
+    base_url: str
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float | None = None  # None: the global value
+    idle_timeout: float | None = None
+    max_retries: int | None = None
+    developer_role: DeveloperRole = "merge"
+    reasoning_replay: ReasoningReplay = "reasoning_content"
+    send_reasoning_effort: bool = False
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    include_usage: bool = True
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    models: list[str] = Field(default_factory=list)  # listed by /v1/models when not routed
+
+
+class ModelConfig(_Strict):
+    name: str
+    upstream: str | None = None  # None: the only upstream
+    model: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+    context_window: int | None = None
+    supports_images: bool = False
+    supports_reasoning: bool = False
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. default sampling
+
+
+class Settings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = 8787
+    upstream: str | None = None  # one upstream given by flag or env: becomes "default"
+    upstream_api_key_env: str | None = None
+    idle_timeout: float = 300.0
+    connect_timeout: float = 10.0
+    max_retries: int = 2
+    retry_backoff: float = 0.5
+    max_retry_wait: float = 30.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    discover: bool = True  # look for a local model server when no upstream is configured
+    log_level: str = "info"
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_routes(self) -> Settings:
+        names = [u.name for u in self.all_upstreams()]
+        if len(names) != len(set(names)):
+            raise ValueError(f"upstream names must be unique, got {names}")
+        for model in self.models:
+            if model.upstream is None and len(names) != 1:
+                raise ValueError(f"model {model.name!r} must name its upstream (there are {len(names)})")
+            if model.upstream is not None and model.upstream not in names:
+                raise ValueError(f"model {model.name!r} routes to unknown upstream {model.upstream!r}")
+        return self
+
+    def all_upstreams(self) -> list[UpstreamConfig]:
+        """The configured upstreams, with `--upstream` as one named "default"."""
+        upstreams = list(self.upstreams)
+        if self.upstream:
+            upstreams.insert(0, UpstreamConfig(
+                name=SINGLE_UPSTREAM_NAME, base_url=self.upstream, api_key_env=self.upstream_api_key_env
+            ))
+        return upstreams
+
+
+_SCALAR_FIELDS = {name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models")}
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in _SCALAR_FIELDS:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = raw  # pydantic converts "300" and "false"
+    return values
+
+
+def load_settings(
+    cli: Mapping[str, Any] | None = None,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build the settings. `cli` holds only the flags the user gave (None values are ignored).
+    Raises ConfigError with a readable message."""
+    environ = os.environ if environ is None else environ
+    if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
+        config_file = Path(environ[ENV_PREFIX + "CONFIG"])
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            merged.update(tomllib.loads(config_file.read_text()))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {config_file}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    merged.update(_from_env(environ))
+    merged.update({k: v for k, v in (cli or {}).items() if v is not None})
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None

@@ -1,0 +1,176 @@
+"""One exception tree for the whole gateway.
+
+Every error carries what both boundaries need: an HTTP status and OpenAI-style body for errors
+raised before a stream starts, and an `error.code` Codex acts on (codex-contract.md §2.3-2.4) for
+`response.failed` after it started.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class Code:
+    """Error codes as Codex and OpenAI clients read them."""
+
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # Codex: final, triggers its message
+    RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"  # Codex: retried, honours "try again in Ns"
+    SERVER_IS_OVERLOADED = "server_is_overloaded"  # Codex: final
+    INSUFFICIENT_QUOTA = "insufficient_quota"  # Codex: final
+    INVALID_PROMPT = "invalid_prompt"  # Codex: final
+    INVALID_REQUEST = "invalid_request_error"
+    MODEL_NOT_FOUND = "model_not_found"
+    UPSTREAM_AUTH = "upstream_authentication_failed"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  # retried by Codex
+    UPSTREAM_TIMEOUT = "upstream_timeout"  # retried by Codex
+    UPSTREAM_STREAM_CUT = "upstream_stream_cut"  # retried by Codex
+    UPSTREAM_ERROR = "upstream_error"  # retried by Codex
+    NO_UPSTREAM = "no_upstream_configured"
+    REQUEST_TOO_LARGE = "request_too_large"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    INTERNAL = "internal_error"
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str] = Code.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.param = param
+        self.retry_after = retry_after
+        if status is not None:
+            self.status = status  # type: ignore[misc]
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI error object: {"error": {message, type, param, code}}."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def to_response_error(self) -> dict[str, Any]:
+        """The `error` object of a failed response resource."""
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidRequest(GatewayError):
+    """The client's request is wrong; names the parameter."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    default_code = Code.INVALID_REQUEST
+
+
+class RequestTooLarge(InvalidRequest):
+    status = 413
+    default_code = Code.REQUEST_TOO_LARGE
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    default_code = Code.NOT_FOUND
+
+
+class ModelNotFound(InvalidRequest):
+    status = 404
+    default_code = Code.MODEL_NOT_FOUND
+
+
+class NoUpstream(GatewayError):
+    """No upstream is configured or discovered for this request."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = Code.NO_UPSTREAM
+
+
+class UpstreamError(GatewayError):
+    """Anything that went wrong on the upstream side."""
+
+    status = 502
+    error_type = "server_error"
+    default_code = Code.UPSTREAM_ERROR
+    retryable: ClassVar[bool] = False  # may the gateway retry before answering?
+
+
+class UpstreamConnectError(UpstreamError):
+    default_code = Code.UPSTREAM_UNREACHABLE
+    retryable = True
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    default_code = Code.UPSTREAM_TIMEOUT
+    retryable = True
+
+
+class UpstreamStreamCut(UpstreamError):
+    """The upstream stream ended without a finish reason and without [DONE]."""
+
+    default_code = Code.UPSTREAM_STREAM_CUT
+
+
+class UpstreamServerError(UpstreamError):
+    """A 5xx the gateway may retry."""
+
+    retryable = True
+
+
+class ContextLengthExceeded(UpstreamError):
+    status = 400
+    error_type = "invalid_request_error"
+    default_code = Code.CONTEXT_LENGTH_EXCEEDED
+
+
+class RateLimited(UpstreamError):
+    status = 429
+    error_type = "rate_limit_error"  # what openai-python and OpenAI's API use
+    default_code = Code.RATE_LIMIT_EXCEEDED
+
+
+class Overloaded(UpstreamError):
+    status = 503
+    default_code = Code.SERVER_IS_OVERLOADED
+
+
+class QuotaExceeded(UpstreamError):
+    status = 429
+    error_type = "insufficient_quota"
+    default_code = Code.INSUFFICIENT_QUOTA
+
+
+class UpstreamAuthError(UpstreamError):
+    status = 401
+    error_type = "authentication_error"
+    default_code = Code.UPSTREAM_AUTH
+
+
+class UpstreamBadRequest(UpstreamError):
+    """The upstream refused the translated request (4xx other than the ones above)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    default_code = Code.INVALID_REQUEST
+
+
+class UpstreamModelNotFound(UpstreamError):
+    status = 404
+    error_type = "invalid_request_error"
+    default_code = Code.MODEL_NOT_FOUND

@@ -1,0 +1,273 @@
+"""The ASGI app: routes, request limits, SSE delivery, error mapping, client disconnects.
+
+A raw ASGI app rather than a framework: the gateway has a handful of routes and its cost per
+streamed event is the product, so nothing sits between uvicorn and the translator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from codexgate.backends.chat import ChatBackend, ChatCall
+from codexgate.errors import (
+    Code,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    RequestTooLarge,
+)
+from codexgate.routing import Router
+from codexgate.translate.stream import Event
+from codexgate.wire.responses import decode_json_body, parse_request
+from codexgate.wire.sse import encode_events
+
+log = logging.getLogger("codexgate.server")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # proxies must not buffer the stream
+]
+_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete"))
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer was complete."""
+
+
+async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
+
+
+async def send_error(send: Send, error: GatewayError) -> None:
+    headers = []
+    if isinstance(error, RateLimited) and error.retry_after is not None:
+        headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    await send_json(send, error.status, error.to_body(), headers)
+
+
+class GatewayApp:
+    def __init__(
+        self,
+        router: Router[ChatBackend],
+        *,
+        max_body_bytes: int,
+        on_startup: Callable[[], Awaitable[None]] | None = None,
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
+        on_no_upstream: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.router = router
+        self.max_body_bytes = max_body_bytes
+        self._on_startup = on_startup
+        self._on_shutdown = on_shutdown
+        self._on_no_upstream = on_no_upstream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._refuse_websocket(scope, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    # -- lifespan
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    if self._on_startup:
+                        await self._on_startup()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._on_shutdown:
+                    await self._on_shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- routing
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path.startswith("/v1/"):
+            path = path[3:]
+        try:
+            if path == "/responses":
+                if method != "POST":
+                    raise InvalidRequest("Use POST for /v1/responses.", code=Code.METHOD_NOT_ALLOWED, status=405)
+                await self._responses(scope, receive, send)
+            elif path == "/models" and method == "GET":
+                await send_json(send, 200, await self._models())
+            elif path in ("/health", "/healthz") and method == "GET":
+                await send_json(send, 200, {"status": "ok", "upstreams": list(self.router.backends)})
+            else:
+                raise NotFound(f"Unknown route: {method} {scope['path']}.")
+        except GatewayError as exc:
+            await send_error(send, exc)
+        except ClientGone:
+            pass
+
+    async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
+        # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": 426,
+                        "headers": _JSON_HEADERS + [(b"upgrade", b"websocket")]})
+            body = InvalidRequest("WebSockets are not served; use HTTP.", code="upgrade_required").to_body()
+            await send({"type": "websocket.http.response.body", "body": orjson.dumps(body)})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                raise RequestTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise RequestTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- /v1/responses
+
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        req = parse_request(decode_json_body(await self._read_body(scope, receive)))
+        if not self.router.backends and self._on_no_upstream is not None:
+            await self._on_no_upstream()
+        route = self.router.resolve(req.model)
+        call = route.backend.call(req, route.upstream_model)
+        await _until_disconnect(receive, self._answer(call, req.stream, send))
+
+    async def _answer(self, call: ChatCall, stream: bool, send: Send) -> None:
+        await call.open()  # errors before this point are HTTP errors
+        events = call.events()
+        try:
+            if stream:
+                await _deliver_sse(events, send)
+            else:
+                await _deliver_json(events, send)
+        finally:
+            await events.aclose()
+
+    # -- /v1/models
+
+    async def _models(self) -> dict[str, Any]:
+        names = list(self.router.models)
+        for backend in self.router.backends.values():
+            if not self.router.routed:
+                names.extend(await _upstream_model_ids(backend))
+        created = int(time.time())
+        unique = list(dict.fromkeys(names))
+        return {"object": "list",
+                "data": [{"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique]}
+
+
+async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    async for batch in events:
+        await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
+        if batch[-1]["type"] in _TERMINAL:
+            break
+    # End the HTTP response at the terminal event; the backend may still drain the upstream.
+    await send({"type": "http.response.body", "body": b""})
+    async for _ in events:
+        pass
+
+
+async def _deliver_json(events: AsyncIterator[list[Event]], send: Send) -> None:
+    """Non-streaming: the same events, folded into the final response object."""
+    final: dict[str, Any] | None = None
+    async for batch in events:
+        last = batch[-1]
+        if last["type"] in _TERMINAL:
+            final = last
+            break
+    if final is None:
+        raise GatewayError("The stream ended without a terminal event.")
+    resource = final["response"]
+    if final["type"] == "response.failed":
+        error = resource.get("error") or {}
+        status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
+        await send_json(send, status, {"error": {"message": error.get("message", ""), "type": "server_error",
+                                                 "param": None, "code": error.get("code")}})
+    else:
+        await send_json(send, 200, resource)
+    async for _ in events:
+        pass
+
+
+async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
+    """Run the answer while listening for the client leaving; if it leaves, cancel the work,
+    which closes the upstream request."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # re-raise its error
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        log.info("client disconnected; upstream request cancelled")
+        raise ClientGone()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _upstream_model_ids(backend: ChatBackend) -> list[str]:
+    """The upstream's own model list (for a pass-through upstream); [] when it cannot tell."""
+    target = backend.target
+    if target.models:
+        return list(target.models)
+    try:
+        async with asyncio.timeout(target.connect_timeout):
+            response = await backend.transport.open(
+                "GET", target.base_url.rstrip("/") + "/models", dict(target.headers), None, target.connect_timeout
+            )
+            try:
+                body = await response.read()
+            finally:
+                await response.aclose()
+        data = orjson.loads(body) if response.status == 200 else {}
+    except (GatewayError, TimeoutError, orjson.JSONDecodeError):
+        return []
+    items = data.get("data") if isinstance(data, dict) else None
+    return [m["id"] for m in items or () if isinstance(m, dict) and isinstance(m.get("id"), str)]

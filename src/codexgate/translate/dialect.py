@@ -1,0 +1,29 @@
+"""What a Chat Completions upstream accepts: the knobs translation reads. Pure data; built from
+the upstream's config so that a new OpenAI-compatible server needs config, not code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# merge: leading developer/system messages become one system message, later ones a user
+#        message (most chat templates allow one system message, at the start, and no developer)
+# system: every developer message becomes a system message where it stands
+# developer: the roles go upstream as they are (OpenAI itself, servers that know `developer`)
+DeveloperRole = Literal["merge", "system", "developer"]
+
+# How reasoning from an earlier turn goes back upstream: as `reasoning_content` (DeepSeek, vLLM,
+# llama.cpp), as `reasoning` (OpenRouter), or not at all.
+ReasoningReplay = Literal["reasoning_content", "reasoning", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDialect:
+    developer_role: DeveloperRole = "merge"
+    reasoning_replay: ReasoningReplay = "reasoning_content"
+    send_reasoning_effort: bool = False
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    include_usage: bool = True
+    # merged into every request body (e.g. default sampling for a small model); the client's
+    # own values win.
+    extra_body: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,158 @@
+"""The response resource around the output: request echo, status, usage. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from codexgate.wire.responses import ResponsesRequest
+
+# Tool kinds the response resource may echo (the Open Responses `Tool` union); others
+# (Codex's `custom`, `namespace`, hosted tools) are not echoed.
+_ECHOED_TOOL_KINDS = frozenset(("function",))
+
+
+def _echo_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    echoed = []
+    for tool in tools:
+        if tool.get("type") in _ECHOED_TOOL_KINDS and isinstance(tool.get("name"), str):
+            echoed.append({
+                "type": "function",
+                "name": tool["name"],
+                "description": tool.get("description"),
+                "parameters": tool.get("parameters"),
+                "strict": bool(tool.get("strict", False)),
+            })
+    return echoed
+
+
+def _echo_tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "name": choice["name"]}
+    return "auto"
+
+
+_EFFORTS = frozenset(("none", "low", "medium", "high", "xhigh"))
+_SUMMARIES = frozenset(("concise", "detailed", "auto"))
+
+
+def _echo_text(text: Any) -> dict[str, Any]:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    echoed: dict[str, Any]
+    if kind == "json_schema" and isinstance(fmt, dict):
+        # The schema itself is not echoed: the Open Responses echo only allows null there.
+        echoed = {"type": "json_schema", "name": fmt.get("name") or "output",
+                  "description": fmt.get("description"), "schema": None,
+                  "strict": bool(fmt.get("strict", False))}
+    elif kind == "json_object":
+        echoed = {"type": "json_object"}
+    else:
+        echoed = {"type": "text"}
+    result: dict[str, Any] = {"format": echoed}
+    verbosity = text.get("verbosity") if isinstance(text, dict) else None
+    if verbosity in ("low", "medium", "high"):
+        result["verbosity"] = verbosity
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Everything about a response that is fixed when it starts."""
+
+    response_id: str
+    created_at: int
+    model: str
+    request_echo: dict[str, Any]
+
+    @classmethod
+    def for_request(cls, req: ResponsesRequest, response_id: str, created_at: int) -> Envelope:
+        reasoning = None
+        if req.reasoning:
+            effort, summary = req.reasoning.get("effort"), req.reasoning.get("summary")
+            reasoning = {
+                "effort": effort if effort in _EFFORTS else None,
+                "summary": summary if summary in _SUMMARIES else None,
+            }
+        echo = {
+            "previous_response_id": req.previous_response_id,
+            "instructions": req.instructions,
+            "tools": _echo_tools(req.tools),
+            "tool_choice": _echo_tool_choice(req.tool_choice),
+            "truncation": "disabled",
+            "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+            "text": _echo_text(req.text),
+            "top_p": req.top_p if req.top_p is not None else 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "top_logprobs": 0,
+            "temperature": req.temperature if req.temperature is not None else 1.0,
+            "reasoning": reasoning,
+            "max_output_tokens": req.max_output_tokens,
+            "max_tool_calls": None,
+            "store": bool(req.store),
+            "background": False,
+            "service_tier": req.service_tier or "default",
+            "metadata": req.metadata or {},
+            "safety_identifier": None,
+            "prompt_cache_key": req.prompt_cache_key,
+        }
+        return cls(response_id, created_at, req.model, echo)
+
+    def resource(
+        self,
+        status: str,
+        output: list[dict[str, Any]],
+        *,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+        completed_at: int | None = None,
+    ) -> dict[str, Any]:
+        resource = {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "completed_at": completed_at,
+            "status": status,
+            "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
+            "model": self.model,
+            "output": output,
+            "error": error,
+            "usage": usage,
+        }
+        resource.update(self.request_echo)
+        return resource
+
+
+def chat_usage_to_responses(usage: dict[str, Any]) -> dict[str, Any]:
+    """Chat `usage` -> Responses `usage`, details included (zeros when absent)."""
+    input_tokens = int(usage.get("prompt_tokens") or 0)
+    output_tokens = int(usage.get("completion_tokens") or 0)
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    reasoning = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
+    total = usage.get("total_tokens")
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": int(cached or 0)},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": int(reasoning or 0)},
+        "total_tokens": int(total) if total else input_tokens + output_tokens,
+    }
+
+
+def estimated_usage(input_tokens: int, output_chars: int) -> dict[str, Any]:
+    """Usage when the upstream sent none: Codex only compacts when it sees token counts.
+    About four characters a token, the usual figure for English text and code."""
+    output_tokens = (output_chars + 3) // 4
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }

@@ -1,0 +1,270 @@
+"""Responses request -> Chat Completions request. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.reasoning import decode_reasoning
+from codexgate.translate.tools import (
+    CUSTOM_INPUT_PARAM,
+    ToolMap,
+    flat_name,
+    translate_tool_choice,
+    translate_tools,
+)
+from codexgate.wire.responses import Item, ResponsesRequest
+
+Message = dict[str, Any]
+
+# Later developer messages, in "merge" mode, are sent as user messages marked as such.
+LATE_DEVELOPER_PREFIX = "[Developer instructions]\n"
+MISSING_OUTPUT = "No output was recorded for this tool call."
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    body: dict[str, Any]
+    tool_map: ToolMap
+    dropped_items: list[str] = field(default_factory=list)
+
+
+def _text_of_parts(parts: list[Any]) -> tuple[str, list[dict[str, Any]]]:
+    """Text of a content array, and its image parts in chat form."""
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if isinstance(url, dict):
+                url = url.get("url")
+            if isinstance(url, str) and url:
+                image: dict[str, Any] = {"url": url}
+                if part.get("detail") in ("low", "high", "auto"):
+                    image["detail"] = part["detail"]
+                images.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            texts.append(f"[file {part.get('filename') or part.get('file_id') or ''} omitted]")
+    return "\n".join(texts), images
+
+
+def _user_content(content: Any) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    text, images = _text_of_parts(content)
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    return parts + images
+
+
+def _output_text(output: Any) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(output, str):
+        return output, []
+    return _text_of_parts(output)
+
+
+class _Builder:
+    """Walks the items once, grouping calls into assistant messages and keeping each output
+    right after its call, as chat APIs require."""
+
+    def __init__(self, dialect: ChatDialect, tool_map: ToolMap) -> None:
+        self.dialect = dialect
+        self.tool_map = tool_map
+        self.messages: list[Message] = []
+        self.system_parts: list[str] = []
+        self.seen_conversation = False
+        self.pending_reasoning: list[str] = []
+        self.open_assistant: Message | None = None  # may still receive tool calls
+        self.open_pos = 0  # its index in messages
+        self.pending_images: list[dict[str, Any]] = []  # from tool outputs; sent after them
+        self.dropped: list[str] = []
+
+    # -- messages
+    def system_text(self, text: str) -> None:
+        mode = self.dialect.developer_role
+        if mode == "merge" and not self.seen_conversation:
+            self.system_parts.append(text)
+        elif mode == "merge":
+            self.push({"role": "user", "content": LATE_DEVELOPER_PREFIX + text})
+        else:
+            self.push({"role": "system", "content": text})
+
+    def push(self, message: Message) -> None:
+        self.close_tool_turn()
+        self.open_assistant = None
+        self.seen_conversation = True
+        self.messages.append(message)
+
+    def message(self, item: Item) -> None:
+        role = item.get("role")
+        content = item.get("content")
+        if role in ("developer", "system"):
+            if self.dialect.developer_role == "developer" and role == "developer":
+                text = content if isinstance(content, str) else _text_of_parts(content)[0]
+                self.push({"role": "developer", "content": text})
+                return
+            self.system_text(content if isinstance(content, str) else _text_of_parts(content)[0])
+        elif role == "assistant":
+            text = content if isinstance(content, str) else _text_of_parts(content)[0]
+            message: Message = {"role": "assistant", "content": text}
+            self.push(message)
+            self.attach_reasoning(message)
+            self.open_assistant, self.open_pos = message, len(self.messages) - 1
+        else:
+            self.push({"role": "user", "content": _user_content(content)})
+
+    # -- reasoning
+    def reasoning(self, item: Item) -> None:
+        text = decode_reasoning(item.get("encrypted_content"))
+        if text is None:  # not ours: fall back to what the client shows
+            text, _ = _text_of_parts(item.get("content") or item.get("summary") or [])
+        if text:
+            self.pending_reasoning.append(text)
+
+    def attach_reasoning(self, message: Message) -> None:
+        field_name = self.dialect.reasoning_replay
+        if self.pending_reasoning and field_name != "none":
+            message[field_name] = "\n".join(self.pending_reasoning)
+        self.pending_reasoning = []
+
+    # -- tool calls
+    def call(self, call_id: str, chat_name: str, arguments: str) -> None:
+        message = self.open_assistant
+        if message is None or self.has_outputs_after(message):
+            message = {"role": "assistant", "content": None}
+            self.push(message)
+            self.attach_reasoning(message)
+            self.open_assistant, self.open_pos = message, len(self.messages) - 1
+        elif self.pending_reasoning:
+            self.attach_reasoning(message)
+        message.setdefault("tool_calls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": chat_name, "arguments": arguments}}
+        )
+
+    def has_outputs_after(self, message: Message) -> bool:
+        return self.messages[-1] is not message
+
+    def output(self, call_id: str, output: Any) -> None:
+        text, images = _output_text(output)
+        if not self.call_is_open(call_id):
+            # An output whose call is not in the history (dropped or never sent): chat APIs
+            # reject an orphan tool message, so keep the content as a user message.
+            self.push({"role": "user", "content": f"Tool output for call {call_id}:\n{text}"})
+            return
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        self.pending_images.extend(images)
+
+    def call_is_open(self, call_id: str) -> bool:
+        message = self.open_assistant
+        if message is None:
+            return False
+        return any(call["id"] == call_id for call in message.get("tool_calls", ()))
+
+    def close_tool_turn(self) -> None:
+        """Every tool call needs an answer before the conversation goes on."""
+        message = self.open_assistant
+        if message is not None and message.get("tool_calls"):
+            tail = self.messages[self.open_pos + 1:]
+            answered = {m.get("tool_call_id") for m in tail if m["role"] == "tool"}
+            for call in message["tool_calls"]:
+                if call["id"] not in answered:
+                    self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": MISSING_OUTPUT})
+        if self.pending_images:
+            self.messages.append({"role": "user", "content": self.pending_images})
+            self.pending_images = []
+
+    def finish(self) -> list[Message]:
+        self.close_tool_turn()
+        if self.pending_reasoning:
+            # Reasoning with no answer after it (an interrupted turn): nothing to attach it to.
+            self.pending_reasoning = []
+        if self.system_parts:
+            self.messages.insert(0, {"role": "system", "content": "\n\n".join(self.system_parts)})
+        return self.messages
+
+
+def translate_input(items: list[Item], instructions: str | None, dialect: ChatDialect,
+                    tool_map: ToolMap) -> tuple[list[Message], list[str]]:
+    builder = _Builder(dialect, tool_map)
+    if instructions:
+        builder.system_text(instructions)
+    for item in items:
+        kind = item.get("type")
+        if kind is None and "role" in item:
+            kind = "message"
+        if kind == "message":
+            builder.message(item)
+        elif kind == "function_call":
+            builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"])
+        elif kind == "custom_tool_call":
+            arguments = orjson.dumps({CUSTOM_INPUT_PARAM: item["input"]}).decode()
+            builder.call(item["call_id"], flat_name(None, item["name"]), arguments)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            builder.output(item["call_id"], item["output"])
+        elif kind == "reasoning":
+            builder.reasoning(item)
+        else:
+            builder.dropped.append(str(kind))
+    return builder.finish(), builder.dropped
+
+
+def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> ChatRequest:
+    """Build the upstream body. The result always streams and asks for usage when allowed."""
+    chat_tools, tool_map = translate_tools(req.tools)
+    messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map)
+
+    body: dict[str, Any] = dict(dialect.extra_body)
+    body["model"] = upstream_model
+    body["messages"] = messages
+    body["stream"] = True
+    if dialect.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if chat_tools:
+        body["tools"] = chat_tools
+        body["tool_choice"] = translate_tool_choice(req.tool_choice, tool_map)
+        if req.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.max_output_tokens is not None:
+        body[dialect.max_tokens_field] = req.max_output_tokens
+    if req.temperature is not None:
+        body["temperature"] = req.temperature
+    if req.top_p is not None:
+        body["top_p"] = req.top_p
+    if req.user is not None:
+        body["user"] = req.user
+    effort = (req.reasoning or {}).get("effort")
+    if dialect.send_reasoning_effort and isinstance(effort, str):
+        body["reasoning_effort"] = effort
+    response_format = _response_format((req.text or {}).get("format"))
+    if response_format is not None:
+        body["response_format"] = response_format
+    return ChatRequest(body=body, tool_map=tool_map, dropped_items=dropped)
+
+
+def _response_format(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, dict):
+        return None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema: dict[str, Any] = {"name": fmt.get("name") or "output", "schema": fmt.get("schema") or {}}
+        if fmt.get("strict") is not None:
+            schema["strict"] = bool(fmt["strict"])
+        if fmt.get("description"):
+            schema["description"] = fmt["description"]
+        return {"type": "json_schema", "json_schema": schema}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    return None

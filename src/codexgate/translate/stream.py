@@ -1,0 +1,376 @@
+"""Chat Completions stream chunks -> Responses streaming events. Pure and synchronous.
+
+`ChatStreamTranslator` is fed decoded chunk objects and returns the events they produce, in the
+order the OpenAI API uses. The same object folds a non-streaming answer, so the two cannot
+drift apart. Whatever happens, the stream it produces ends with exactly one of
+`response.completed`, `response.incomplete` or `response.failed`, with every open item closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from codexgate.errors import GatewayError, UpstreamStreamCut
+from codexgate.translate.envelope import Envelope, chat_usage_to_responses, estimated_usage
+from codexgate.translate.reasoning import encode_reasoning
+from codexgate.translate.tools import CUSTOM_INPUT_PARAM, ToolMap
+from codexgate.translate.upstream_errors import classify
+
+Event = dict[str, Any]
+IdFactory = Callable[[str], str]
+
+_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+@dataclass(slots=True)
+class _Message:
+    index: int
+    item_id: str
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Reasoning:
+    index: int
+    item_id: str
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    chat_index: int
+    call_id: str | None
+    name: str = ""
+    args: list[str] = field(default_factory=list)
+    index: int = -1  # output_index, once announced
+    item_id: str = ""
+    custom: bool = False
+
+
+def custom_input_from_arguments(arguments: str) -> str:
+    """The raw input of a custom tool the model called as a function: `{"input": "..."}`, or
+    an object with a single string field, or the arguments text itself."""
+    try:
+        data = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(data, dict):
+        value = data.get(CUSTOM_INPUT_PARAM)
+        if isinstance(value, str):
+            return value
+        strings = [v for v in data.values() if isinstance(v, str)]
+        if len(data) == 1 and strings:
+            return strings[0]
+    if isinstance(data, str):
+        return data
+    return arguments
+
+
+class ChatStreamTranslator:
+    def __init__(
+        self,
+        envelope: Envelope,
+        tool_map: ToolMap,
+        new_id: IdFactory,
+        *,
+        input_token_estimate: int = 0,
+        now: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self._env = envelope
+        self._tools = tool_map
+        self._new_id = new_id
+        self._input_estimate = input_token_estimate
+        self._now = now
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []  # finished items, by output_index
+        self._next_index = 0
+        self._message: _Message | None = None
+        self._reasoning: _Reasoning | None = None
+        self._calls: dict[int, _ToolCall] = {}
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._output_chars = 0
+        self.done = False  # a terminal event was produced
+
+    # -- public API
+
+    def start(self) -> list[Event]:
+        resource = self._env.resource("in_progress", [])
+        return [
+            self._event("response.created", response=resource),
+            self._event("response.in_progress", response=resource),
+        ]
+
+    def feed(self, chunk: Any) -> list[Event]:
+        """One decoded chunk. Raises an UpstreamError for an error object in the stream."""
+        if self.done or not isinstance(chunk, dict):
+            return []
+        if "error" in chunk and not chunk.get("choices"):
+            raise classify(0, chunk)
+        events: list[Event] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # n > 1 is never requested
+            delta = choice.get("delta") or choice.get("message") or {}
+            if delta:
+                self._delta(delta, events)
+            reason = choice.get("finish_reason")
+            if reason:
+                self._finish_reason = reason
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and usage:
+            self._usage = usage
+            if self._finish_reason is not None:
+                # The usage chunk is the last one with content: end now, don't wait for [DONE].
+                events.extend(self.finish())
+        return events
+
+    def finish(self) -> list[Event]:
+        """End of the upstream stream ([DONE] or a clean EOF). Raises UpstreamStreamCut when the
+        upstream never said it had finished."""
+        if self.done:
+            return []
+        if self._finish_reason is None:
+            raise UpstreamStreamCut(
+                "The upstream closed the stream before the model finished (no finish_reason, no [DONE])."
+            )
+        return self._terminal()
+
+    def end_of_stream_marker(self) -> list[Event]:
+        """The upstream sent `[DONE]`: a finished stream even if it never gave a finish_reason."""
+        if self._finish_reason is None:
+            self._finish_reason = "tool_calls" if self._calls else "stop"
+        return self.finish()
+
+    def fail(self, error: GatewayError) -> list[Event]:
+        """Close every open item and end with `response.failed`."""
+        if self.done:
+            return []
+        events: list[Event] = []
+        self._close_all(events, status="incomplete")
+        self.done = True
+        resource = self._env.resource(
+            "failed", self._output, usage=self._final_usage(), error=error.to_response_error()
+        )
+        events.append(self._event("response.failed", response=resource))
+        return events
+
+    def fold(self, body: dict[str, Any]) -> list[Event]:
+        """A whole non-streamed `chat.completion` body, as one chunk plus the end."""
+        events = self.start()
+        events.extend(self.feed(body))
+        events.extend(self.end_of_stream_marker())
+        return events
+
+    # -- deltas
+
+    def _delta(self, delta: dict[str, Any], events: list[Event]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self._reasoning_delta(reasoning, events)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._text_delta(content, events)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self._text_delta(refusal, events)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for position, call in enumerate(tool_calls):
+                if isinstance(call, dict):
+                    self._tool_delta(call, position, events)
+
+    def _reasoning_delta(self, text: str, events: list[Event]) -> None:
+        if self._reasoning is None:
+            self._close_message(events)
+            self._reasoning = r = _Reasoning(self._take_index(), self._new_id("rs"))
+            item = {"type": "reasoning", "id": r.item_id, "summary": [], "status": "in_progress"}
+            events.append(self._event("response.output_item.added", output_index=r.index, item=item))
+            events.append(self._event(
+                "response.reasoning_summary_part.added", item_id=r.item_id, output_index=r.index,
+                summary_index=0, part={"type": "summary_text", "text": ""},
+            ))
+        r = self._reasoning
+        r.parts.append(text)
+        self._output_chars += len(text)
+        events.append(self._event(
+            "response.reasoning_summary_text.delta", item_id=r.item_id, output_index=r.index,
+            summary_index=0, delta=text,
+        ))
+
+    def _text_delta(self, text: str, events: list[Event]) -> None:
+        if self._message is None:
+            self._close_reasoning(events)
+            self._message = m = _Message(self._take_index(), self._new_id("msg"))
+            item = {"type": "message", "id": m.item_id, "status": "in_progress", "role": "assistant",
+                    "content": []}
+            events.append(self._event("response.output_item.added", output_index=m.index, item=item))
+            events.append(self._event(
+                "response.content_part.added", item_id=m.item_id, output_index=m.index, content_index=0,
+                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            ))
+        m = self._message
+        m.parts.append(text)
+        self._output_chars += len(text)
+        events.append(self._event(
+            "response.output_text.delta", item_id=m.item_id, output_index=m.index, content_index=0,
+            delta=text, logprobs=[],
+        ))
+
+    def _tool_delta(self, call: dict[str, Any], position: int, events: list[Event]) -> None:
+        chat_index = call.get("index")
+        if not isinstance(chat_index, int):
+            chat_index = position
+        state = self._calls.get(chat_index)
+        function = call.get("function") or {}
+        if state is None:
+            self._close_reasoning(events)
+            self._close_message(events)
+            state = self._calls[chat_index] = _ToolCall(chat_index, call.get("id") or None)
+        elif call.get("id") and state.call_id is None:
+            state.call_id = call["id"]
+        name = function.get("name")
+        if isinstance(name, str) and name and state.index < 0:
+            # Some servers split the name; it is complete once arguments start.
+            state.name += name
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # some servers send an object instead of a string
+            arguments = orjson.dumps(arguments).decode()
+        if isinstance(arguments, str) and arguments:
+            self._announce_call(state, events)
+            state.args.append(arguments)
+            self._output_chars += len(arguments)
+            if not state.custom:
+                events.append(self._event(
+                    "response.function_call_arguments.delta", item_id=state.item_id,
+                    output_index=state.index, delta=arguments,
+                ))
+
+    def _announce_call(self, state: _ToolCall, events: list[Event]) -> None:
+        if state.index >= 0:
+            return
+        target = self._tools.resolve(state.name)
+        state.custom = target.kind == "custom"
+        state.index = self._take_index()
+        state.call_id = state.call_id or self._new_id("call")
+        if state.custom:
+            state.item_id = self._new_id("ctc")
+            item: dict[str, Any] = {"type": "custom_tool_call", "id": state.item_id, "status": "in_progress",
+                                    "call_id": state.call_id, "name": target.name, "input": ""}
+        else:
+            state.item_id = self._new_id("fc")
+            item = {"type": "function_call", "id": state.item_id, "status": "in_progress",
+                    "call_id": state.call_id, "name": target.name, "arguments": ""}
+            if target.namespace:
+                item["namespace"] = target.namespace
+        events.append(self._event("response.output_item.added", output_index=state.index, item=item))
+
+    # -- closing items
+
+    def _take_index(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        self._output.append({})  # placeholder keeps output_index order when items interleave
+        return index
+
+    def _close_message(self, events: list[Event], status: str = "completed") -> None:
+        m = self._message
+        if m is None:
+            return
+        self._message = None
+        text = "".join(m.parts)
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        events.append(self._event("response.output_text.done", item_id=m.item_id, output_index=m.index,
+                                  content_index=0, text=text, logprobs=[]))
+        events.append(self._event("response.content_part.done", item_id=m.item_id, output_index=m.index,
+                                  content_index=0, part=part))
+        item = {"type": "message", "id": m.item_id, "status": status, "role": "assistant", "content": [part]}
+        self._done_item(m.index, item, events)
+
+    def _close_reasoning(self, events: list[Event]) -> None:
+        r = self._reasoning
+        if r is None:
+            return
+        self._reasoning = None
+        text = "".join(r.parts)
+        part = {"type": "summary_text", "text": text}
+        events.append(self._event("response.reasoning_summary_text.done", item_id=r.item_id,
+                                  output_index=r.index, summary_index=0, text=text))
+        events.append(self._event("response.reasoning_summary_part.done", item_id=r.item_id,
+                                  output_index=r.index, summary_index=0, part=part))
+        item = {"type": "reasoning", "id": r.item_id, "summary": [part],
+                "encrypted_content": encode_reasoning(text)}
+        self._done_item(r.index, item, events)
+
+    def _close_calls(self, events: list[Event], status: str = "completed") -> None:
+        for state in sorted(self._calls.values(), key=lambda s: s.chat_index):
+            self._announce_call(state, events)  # a call with empty arguments still happened
+            target = self._tools.resolve(state.name)
+            arguments = "".join(state.args)
+            if state.custom:
+                raw = custom_input_from_arguments(arguments)
+                events.append(self._event("response.custom_tool_call_input.delta", item_id=state.item_id,
+                                          output_index=state.index, delta=raw))
+                events.append(self._event("response.custom_tool_call_input.done", item_id=state.item_id,
+                                          output_index=state.index, input=raw))
+                item: dict[str, Any] = {"type": "custom_tool_call", "id": state.item_id, "status": status,
+                                        "call_id": state.call_id, "name": target.name, "input": raw}
+            else:
+                arguments = arguments or "{}"
+                events.append(self._event("response.function_call_arguments.done", item_id=state.item_id,
+                                          output_index=state.index, name=target.name, arguments=arguments))
+                item = {"type": "function_call", "id": state.item_id, "status": status,
+                        "call_id": state.call_id, "name": target.name, "arguments": arguments}
+                if target.namespace:
+                    item["namespace"] = target.namespace
+            self._done_item(state.index, item, events)
+        self._calls.clear()
+
+    def _close_all(self, events: list[Event], status: str = "completed") -> None:
+        self._close_reasoning(events)
+        self._close_message(events, status)
+        if status == "completed":
+            self._close_calls(events)
+        else:
+            # A half-streamed call must not run: drop calls that were never announced and
+            # close the others as incomplete.
+            self._calls = {k: s for k, s in self._calls.items() if s.index >= 0}
+            self._close_calls(events, status)
+        self._output = [item for item in self._output if item]
+
+    def _done_item(self, index: int, item: dict[str, Any], events: list[Event]) -> None:
+        self._output[index] = item
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
+
+    # -- the end
+
+    def _final_usage(self) -> dict[str, Any]:
+        if self._usage is not None:
+            return chat_usage_to_responses(self._usage)
+        return estimated_usage(self._input_estimate, self._output_chars)
+
+    def _terminal(self) -> list[Event]:
+        events: list[Event] = []
+        reason = self._finish_reason
+        incomplete = _INCOMPLETE_REASONS.get(reason or "")
+        self._close_all(events, "incomplete" if incomplete else "completed")
+        self.done = True
+        usage = self._final_usage()
+        if incomplete:
+            resource = self._env.resource("incomplete", self._output, usage=usage,
+                                          incomplete_reason=incomplete)
+            events.append(self._event("response.incomplete", response=resource))
+        else:
+            resource = self._env.resource("completed", self._output, usage=usage, completed_at=self._now())
+            events.append(self._event("response.completed", response=resource))
+        return events
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        event = {"type": kind, "sequence_number": self._seq}
+        self._seq += 1
+        event.update(fields)
+        return event

@@ -1,0 +1,139 @@
+"""Classify an upstream error (HTTP status + body, or an error object inside a stream) into the
+gateway's exception tree. Status and `code`/`type` fields decide first; where an upstream only
+says it in prose, every pattern lives in the one table below, each with a test."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from codexgate.errors import (
+    ContextLengthExceeded,
+    Overloaded,
+    QuotaExceeded,
+    RateLimited,
+    UpstreamAuthError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamModelNotFound,
+    UpstreamServerError,
+)
+
+# Codes or types that upstreams put in their error object.
+_BY_CODE: dict[str, type[UpstreamError]] = {
+    "context_length_exceeded": ContextLengthExceeded,
+    "exceed_context_size_error": ContextLengthExceeded,  # llama.cpp
+    "string_above_max_length": ContextLengthExceeded,
+    "rate_limit_exceeded": RateLimited,
+    "rate_limit_error": RateLimited,
+    "insufficient_quota": QuotaExceeded,
+    "server_is_overloaded": Overloaded,
+    "overloaded_error": Overloaded,
+    "slow_down": Overloaded,
+}
+
+# Prose patterns, for upstreams with no usable code (vLLM, Ollama, OpenRouter, LM Studio...).
+PROSE_PATTERNS: tuple[tuple[re.Pattern[str], type[UpstreamError]], ...] = (
+    (re.compile(r"maximum context length", re.I), ContextLengthExceeded),  # vLLM, OpenAI-likes
+    (re.compile(r"context (?:length|window|size) (?:exceeded|is exceeded)", re.I), ContextLengthExceeded),
+    (re.compile(r"exceeds? (?:the )?(?:available )?context (?:size|length|window)", re.I), ContextLengthExceeded),
+    (re.compile(r"prompt is too long", re.I), ContextLengthExceeded),
+    (re.compile(r"too many tokens", re.I), ContextLengthExceeded),
+    (re.compile(r"input (?:is )?too long", re.I), ContextLengthExceeded),
+    (re.compile(r"model .*(?:not found|does not exist)|no such model", re.I), UpstreamModelNotFound),
+)
+
+_TRY_AGAIN = re.compile(r"try again in ([0-9.]+)\s*(ms|s|seconds)", re.I)
+
+
+def parse_retry_after(headers: Mapping[str, str], message: str = "") -> float | None:
+    """Seconds to wait, from `Retry-After`/`retry-after-ms` or "try again in Ns" prose."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass  # an HTTP date: rare for APIs, fall through
+    match = _TRY_AGAIN.search(message)
+    if match:
+        amount = float(match.group(1))
+        return amount / 1000 if match.group(2).lower() == "ms" else amount
+    return None
+
+
+def _error_object(body: bytes | Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """(message, code, type) from an upstream error body of any common shape."""
+    data: Any = body
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body.decode("utf-8", "replace").strip()[:2000], None, None
+    if isinstance(data, Mapping):
+        err = data.get("error", data)
+        if isinstance(err, str):
+            return err, None, None
+        if isinstance(err, Mapping):
+            message = err.get("message") or err.get("detail") or err.get("msg") or ""
+            if not isinstance(message, str):
+                message = orjson.dumps(message).decode()
+            code = err.get("code")
+            kind = err.get("type")
+            return message, str(code) if code is not None else None, str(kind) if kind is not None else None
+        if isinstance(data.get("detail"), str):
+            return data["detail"], None, None
+    return orjson.dumps(data).decode()[:2000], None, None
+
+
+def classify(status: int, body: bytes | Mapping[str, Any],
+             headers: Mapping[str, str] | None = None) -> UpstreamError:
+    """An upstream failure as the exception the gateway reports. `status` 0 means an error
+    object inside an otherwise successful stream."""
+    headers = headers or {}
+    message, code, kind = _error_object(body)
+    retry_after = parse_retry_after(headers, message)
+    text = message or f"upstream answered HTTP {status}"
+    detail = f"Upstream error: {text}"
+
+    cls: type[UpstreamError] | None = None
+    for key in (code, kind):
+        if key and key in _BY_CODE:
+            cls = _BY_CODE[key]
+            break
+    if cls is None:
+        for pattern, pattern_cls in PROSE_PATTERNS:
+            if pattern.search(text):
+                cls = pattern_cls
+                break
+    if cls is None:
+        if status == 429:
+            cls = RateLimited
+        elif status in (401, 403):
+            cls = UpstreamAuthError
+        elif status == 404:
+            cls = UpstreamModelNotFound
+        elif status == 503:
+            cls = Overloaded
+        elif status >= 500 or status == 0:
+            cls = UpstreamServerError
+        elif status == 413:
+            cls = ContextLengthExceeded
+        else:
+            cls = UpstreamBadRequest
+
+    if cls is RateLimited:
+        wait = retry_after if retry_after is not None else 1.0
+        if not _TRY_AGAIN.search(detail):
+            # Codex reads the delay from this phrase (contract §2.3).
+            detail = f"{detail} Please try again in {wait:g}s."
+        return RateLimited(detail, retry_after=wait)
+    return cls(detail, retry_after=retry_after)
