@@ -1,27 +1,19 @@
-"""Write what Codex CLI (0.169) needs to use models served by codexgate.
+"""Write what Codex CLI 0.169 needs to use models served by codexgate.
 
-Two files, both owned by codexgate:
+- A model catalog `{"models": [ModelInfo...]}`, loaded through `model_catalog_json`: honest
+  context window, compaction threshold and tool-output truncation per slug, the freeform
+  `apply_patch` tool (Lark grammar), no `tool_search`, no "Model metadata ... not found" warning.
+- A profile layer `$CODEX_HOME/<profile>.config.toml`, used by `codex --profile <profile>`. 0.169
+  reads profiles only from such files, layered over `config.toml`; a legacy `[profiles.<name>]`
+  or `profile = "<name>"` in `config.toml` is a hard error. So the user's `config.toml` is never
+  written: their settings keep applying underneath the profile.
 
-- a model catalog (`{"models": [ModelInfo, ...]}`) that Codex loads through `model_catalog_json`.
-  It gives each local slug honest metadata (context window, compaction threshold, tool-output
-  truncation), the freeform `apply_patch` tool with its Lark grammar, no `tool_search`, and no
-  "Model metadata ... not found" warning (codex-contract.md §7);
-- a profile layer `$CODEX_HOME/<profile>.config.toml`, selected with `codex --profile <profile>`.
-
-Codex 0.169 reads profiles only from `<name>.config.toml` files layered on top of
-`config.toml`. A legacy `[profiles.<name>]` table (or `profile = "<name>"`) in `config.toml` is a
-hard error together with `--profile <name>`, so this module never edits the user's `config.toml`:
-the user's settings stay untouched and keep applying underneath the profile.
-
-Base prompt: a catalog entry must carry `base_instructions` or
-`model_messages.instructions_template`; without either Codex rejects the whole catalog, and with an
-empty string it sends no base prompt at all. So the entry must contain the prompt text itself.
-`codex_base_instructions()` reads Codex's own prompt for its default model from the user's
-installed binary (`codex debug models --bundled`, local, no network), so Codex's normal full prompt
-is sent without codexgate shipping a copy of it. When no binary is at hand, a short prompt written
-for codexgate (`FALLBACK_BASE_INSTRUCTIONS`) keeps the catalog valid.
-
-Stdlib only; no network.
+Base prompt: an entry must carry `base_instructions` or `model_messages.instructions_template`
+(without either Codex rejects the catalog; an empty one means no base prompt at all).
+`codex_base_instructions()` reads Codex's own prompt from the installed binary
+(`codex debug models --bundled`, no network), so Codex's normal prompt is sent without codexgate
+shipping a copy; `FALLBACK_BASE_INSTRUCTIONS`, written for codexgate, keeps a catalog valid
+without a binary. Stdlib only; no network.
 """
 
 from __future__ import annotations
@@ -52,7 +44,7 @@ __all__ = [
 
 # Used when the upstream does not say. Small enough that most local servers really have it (a
 # window that is too large makes the upstream fail with context overflow; one that is too small
-# only compacts early), large enough for Codex's ~9k tokens of prompt and tool schemas.
+# only compacts early), large enough for the ~8k tokens of Codex prompt and tool schemas.
 DEFAULT_CONTEXT_WINDOW = 32_768
 MIN_CONTEXT_WINDOW = 4_096
 # Codex compacts once the last response's total_tokens reach this share of the window. 80% leaves
@@ -122,15 +114,8 @@ def build_model_info(spec: ModelSpec, *, priority: int = 0) -> dict[str, Any]:
     if not 0 < compact < window:
         raise CodexSetupError(f"model {spec.slug!r}: auto_compact_token_limit must be < window")
     tool_limit = spec.tool_output_token_limit or min(MAX_TOOL_OUTPUT_TOKENS, window // 8)
-    levels = (
-        [
-            {"effort": "low", "description": "Fast responses with lighter reasoning"},
-            {"effort": "medium", "description": "Balanced reasoning depth"},
-            {"effort": "high", "description": "Deeper reasoning for complex problems"},
-        ]
-        if spec.supports_reasoning
-        else []
-    )
+    efforts = ("low", "medium", "high") if spec.supports_reasoning else ()
+    levels = [{"effort": e, "description": f"{e.title()} reasoning effort"} for e in efforts]
     info: dict[str, Any] = {
         "slug": spec.slug,
         "display_name": spec.display_name or spec.slug,
@@ -250,10 +235,7 @@ def write_codex_setup(
     home = Path(codex_home).resolve() if codex_home is not None else out_dir
     _check_name("profile", profile)
     if base_instructions:
-        specs = [
-            s if s.base_instructions else replace(s, base_instructions=base_instructions)
-            for s in specs
-        ]
+        specs = [s if s.base_instructions else replace(s, base_instructions=base_instructions) for s in specs]
     catalog = build_catalog(specs)
     config_path = home / f"{profile}.config.toml"
     _check_user_config(home, profile, config_path)
@@ -275,15 +257,8 @@ def write_codex_setup(
     env = {} if _is_default_codex_home(home) else {"CODEX_HOME": str(home)}
     args = ("--profile", profile)
     prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
-    return SetupResult(
-        catalog_path=catalog_path,
-        config_path=config_path,
-        codex_home=home,
-        profile=profile,
-        command=prefix + shlex.join(("codex", *args)),
-        env=env,
-        args=args,
-    )
+    command = prefix + shlex.join(("codex", *args))
+    return SetupResult(catalog_path, config_path, home, profile, command, env, args)
 
 
 def codex_base_instructions(
@@ -309,13 +284,10 @@ def codex_base_instructions(
             models = json.loads(proc.stdout)["models"]
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
             raise CodexSetupError(f"cannot read Codex's bundled model catalog: {exc}") from exc
-    listed = sorted(
-        (m for m in models if m.get("visibility") == "list"), key=lambda m: m.get("priority", 0)
-    )
+    listed = sorted((m for m in models if m.get("visibility") == "list"), key=lambda m: m.get("priority", 0))
     for model in [m for m in models if m.get("slug") == slug] + listed:
-        text = model.get("base_instructions") or (model.get("model_messages") or {}).get(
-            "instructions_template"
-        )
+        messages = model.get("model_messages") or {}
+        text = model.get("base_instructions") or messages.get("instructions_template")
         if isinstance(text, str) and text.strip():
             return text
     raise CodexSetupError("Codex's bundled catalog has no model with base instructions")

@@ -26,8 +26,8 @@ class Route(Generic[B]):
 
 @dataclass(slots=True)
 class Router(Generic[B]):
-    """Routes from the config; with no route for a name, the single (or default) upstream gets
-    the name unchanged."""
+    """Routes from the config. With no routes at all and one upstream, every name goes to it
+    unchanged; once routes exist, only routed names and aliases are served."""
 
     backends: dict[str, B] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)  # name and aliases
@@ -48,7 +48,7 @@ class Router(Generic[B]):
         if not self.backends:
             looked = ", ".join(self.discovery_candidates) or "nowhere (discovery is off)"
             raise NoUpstream(NO_UPSTREAM_HELP.format(looked=looked))
-        if len(self.backends) == 1:
+        if len(self.backends) == 1 and not self.routed:
             return Route(next(iter(self.backends.values())), name)
         known = ", ".join(sorted(self.models)) or "none"
         raise ModelNotFound(

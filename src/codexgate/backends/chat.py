@@ -13,6 +13,7 @@ import logging
 import random
 import time
 import uuid
+from typing import Any
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 import orjson
@@ -21,8 +22,10 @@ from codexgate.backends.transport import Transport, UpstreamResponse
 from codexgate.errors import (
     GatewayError,
     Overloaded,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamServerError,
+    UpstreamStreamCut,
     UpstreamTimeout,
 )
 from codexgate.translate.dialect import ChatDialect
@@ -75,10 +78,11 @@ class OnceLog:
 class ChatCall:
     """One request to a chat upstream, from `open()` to the last event."""
 
-    def __init__(self, backend: ChatBackend, req: ResponsesRequest, upstream_model: str) -> None:
+    def __init__(self, backend: ChatBackend, req: ResponsesRequest, upstream_model: str,
+                 model_defaults: Mapping[str, Any]) -> None:
         self._backend = backend
         self._target = backend.target
-        chat = to_chat_request(req, self._target.dialect, upstream_model)
+        chat = to_chat_request(req, self._target.dialect, upstream_model, model_defaults)
         for kind in chat.tool_map.skipped_kinds:
             backend.once.warning(f"tool kind {kind!r} cannot run on a chat upstream; left out")
         for kind in chat.dropped_items:
@@ -156,41 +160,47 @@ class ChatCall:
         translator = self.translator
         decoder = SSEDecoder()
         loads = orjson.loads
-        idle = self._target.idle_timeout
-        chunks = response.iter_chunks()
-        async with asyncio.timeout(idle) as deadline:
-            loop = asyncio.get_running_loop()
+        chunks = aiter(response.iter_chunks())
+        while True:
             try:
-                async for raw in chunks:
-                    deadline.reschedule(loop.time() + idle)
-                    events: list[Event] = []
-                    for data in decoder.feed(raw):
-                        if data == _DONE:
-                            events.extend(translator.end_of_stream_marker())
-                            break
-                        try:
-                            chunk = loads(data)
-                        except orjson.JSONDecodeError:
-                            log.warning("upstream sent data that is not JSON: %.200r", data)
-                            continue
-                        events.extend(translator.feed(chunk))
-                    if events:
-                        yield events
-                    if translator.done:
-                        break
-                else:
-                    tail: list[Event] = []
-                    for data in decoder.finish():
-                        tail.extend(translator.end_of_stream_marker() if data == _DONE
-                                    else translator.feed(loads(data)))
-                    tail.extend(translator.finish())
-                    yield tail
-                    return
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    f"The upstream sent nothing for {idle:g} seconds (idle timeout)."
-                ) from None
-        await self._drain(chunks)
+                raw = await self._next_chunk(chunks)
+            except StopAsyncIteration:
+                tail: list[Event] = []
+                for data in decoder.finish():
+                    tail.extend(translator.end_of_stream_marker() if data == _DONE else translator.feed(loads(data)))
+                tail.extend(translator.finish())
+                yield tail
+                return
+            events: list[Event] = []
+            for data in decoder.feed(raw):
+                if data == _DONE:
+                    events.extend(translator.end_of_stream_marker())
+                    break
+                try:
+                    chunk = loads(data)
+                except orjson.JSONDecodeError:
+                    log.warning("upstream sent data that is not JSON: %.200r", data)
+                    continue
+                events.extend(translator.feed(chunk))
+            if events:
+                yield events
+            if translator.done:
+                await self._drain(chunks)
+                return
+
+    async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes:
+        """The next upstream bytes. Only this wait counts as upstream idleness: time the client
+        takes to read what was already sent does not. Raises StopAsyncIteration at EOF."""
+        idle = self._target.idle_timeout
+        try:
+            async with asyncio.timeout(idle):
+                return await anext(chunks)
+        except TimeoutError:
+            raise UpstreamTimeout(f"The upstream sent nothing for {idle:g} seconds (idle timeout).") from None
+        except UpstreamConnectError as exc:
+            raise UpstreamStreamCut(
+                f"The upstream connection broke before the model finished ({exc.message})."
+            ) from None
 
     async def _drain(self, chunks: AsyncIterator[bytes]) -> None:
         """Read what follows the terminal event ([DONE]) so the connection can be reused."""
@@ -209,7 +219,9 @@ class ChatBackend:
         self.transport = transport
         self.once = once or OnceLog()
 
-    def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
-        """Raises InvalidRequest if the request cannot be translated."""
-        return ChatCall(self, req, upstream_model)
+    def call(self, req: ResponsesRequest, upstream_model: str,
+             model_defaults: Mapping[str, Any] | None = None) -> ChatCall:
+        """`model_defaults` (the route's `extra_body`) fill the upstream body under the
+        client's own values."""
+        return ChatCall(self, req, upstream_model, model_defaults or {})
 

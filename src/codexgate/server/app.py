@@ -161,7 +161,7 @@ class GatewayApp:
         if not self.router.backends and self._on_no_upstream is not None:
             await self._on_no_upstream()
         route = self.router.resolve(req.model)
-        call = route.backend.call(req, route.upstream_model)
+        call = route.backend.call(req, route.upstream_model, route.model.extra_body if route.model else None)
         await _until_disconnect(receive, self._answer(call, req.stream, send))
 
     async def _answer(self, call: ChatCall, stream: bool, send: Send) -> None:

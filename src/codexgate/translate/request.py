@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,12 +222,14 @@ def translate_input(items: list[Item], instructions: str | None, dialect: ChatDi
     return builder.finish(), builder.dropped
 
 
-def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> ChatRequest:
-    """Build the upstream body. The result always streams and asks for usage when allowed."""
+def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str,
+                    model_defaults: Mapping[str, Any] | None = None) -> ChatRequest:
+    """Build the upstream body. The result always streams and asks for usage when allowed.
+    Upstream and model defaults (`extra_body`) come first; the client's values override them."""
     chat_tools, tool_map = translate_tools(req.tools)
     messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map)
 
-    body: dict[str, Any] = dict(dialect.extra_body)
+    body: dict[str, Any] = {**dialect.extra_body, **(model_defaults or {})}
     body["model"] = upstream_model
     body["messages"] = messages
     body["stream"] = True

@@ -100,6 +100,8 @@ def classify(status: int, body: bytes | Mapping[str, Any],
     object inside an otherwise successful stream."""
     headers = headers or {}
     message, code, kind = _error_object(body)
+    if status == 0 and code is not None and code.isdigit() and 400 <= int(code) < 600:
+        status = int(code)  # in-stream errors often carry the HTTP status as their code
     retry_after = parse_retry_after(headers, message)
     text = message or f"upstream answered HTTP {status}"
     detail = f"Upstream error: {text}"
