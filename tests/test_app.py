@@ -40,7 +40,9 @@ async def gateway(
     transport = ASGIUpstreamTransport(fake)
     config = {"upstream": UPSTREAM, "discover": False, "retry_backoff": 0.01, **settings}
     app = build_app(load_settings(config, environ={}), transport=transport, environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
+    ) as client:
         yield client, fake, transport
 
 
@@ -71,7 +73,9 @@ async def test_streamed_text_answer_is_a_valid_responses_stream() -> None:
     assert output[0]["summary"][0]["text"] == "thinking hard"
     assert output[1]["content"][0]["text"] == "Hello from the model"
     usage = last["response"]["usage"]
-    assert usage["input_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert (
+        usage["input_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    )
     assert fake.requests[0].body["model"] == "qwen"  # single upstream, no routes: name unchanged
 
 
@@ -91,7 +95,9 @@ async def test_tool_calls_stream_as_separate_function_call_items() -> None:
         events = await stream_events(client, {"model": "m", "input": "go", "tools": tools})
     calls = terminal(events)["response"]["output"]
     assert [(c["type"], c["name"], c["arguments"]) for c in calls] == [
-        ("function_call", "exec_command", '{"cmd":"ls -la"}'), ("function_call", "exec_command", '{"cmd":"pwd"}')]
+        ("function_call", "exec_command", '{"cmd":"ls -la"}'),
+        ("function_call", "exec_command", '{"cmd":"pwd"}'),
+    ]
     assert calls[0]["call_id"] != calls[1]["call_id"]
 
 
@@ -115,7 +121,10 @@ async def test_openai_sdk_consumes_the_stream_with_create_and_stream() -> None:
 
 
 async def test_openai_sdk_non_streaming_and_error_types() -> None:
-    replies = [text_reply("plain"), error_reply(400, openai_error("This model's maximum context length is 8192 tokens."))]
+    replies = [
+        text_reply("plain"),
+        error_reply(400, openai_error("This model's maximum context length is 8192 tokens.")),
+    ]
     async with gateway(replies) as (client, _, _):
         sdk = _openai_client(client)
         response = await sdk.responses.create(model="m", input="hi")
@@ -125,17 +134,47 @@ async def test_openai_sdk_non_streaming_and_error_types() -> None:
     assert info.value.code == "context_length_exceeded"
 
 
-@pytest.mark.parametrize("reply,status,code", [
-    (error_reply(400, openai_error("This model's maximum context length is 4096 tokens. However, you requested 9000")),
-     400, "context_length_exceeded"),
-    (error_reply(400, {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
-                                 "type": "exceed_context_size_error", "n_prompt_tokens": 9000, "n_ctx": 4096}}),
-     400, "context_length_exceeded"),
-    (error_reply(401, openai_error("bad key", error_type="authentication_error")), 401, "upstream_authentication_failed"),
-    (error_reply(404, openai_error("The model `nope` does not exist")), 404, "model_not_found"),
-    (error_reply(422, {"detail": "unprocessable"}), 400, "invalid_request_error"),
-])
-async def test_upstream_errors_before_the_stream_map_to_codes_codex_understands(reply: Any, status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    "reply,status,code",
+    [
+        (
+            error_reply(
+                400,
+                openai_error(
+                    "This model's maximum context length is 4096 tokens. However, you requested 9000"
+                ),
+            ),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            error_reply(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "the request exceeds the available context size, try increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": 9000,
+                        "n_ctx": 4096,
+                    }
+                },
+            ),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            error_reply(401, openai_error("bad key", error_type="authentication_error")),
+            401,
+            "upstream_authentication_failed",
+        ),
+        (error_reply(404, openai_error("The model `nope` does not exist")), 404, "model_not_found"),
+        (error_reply(422, {"detail": "unprocessable"}), 400, "invalid_request_error"),
+    ],
+)
+async def test_upstream_errors_before_the_stream_map_to_codes_codex_understands(
+    reply: Any, status: int, code: str
+) -> None:
     async with gateway([reply]) as (client, fake, _):
         response = await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
     assert response.status_code == status
@@ -155,7 +194,11 @@ async def test_rate_limit_passes_retry_after_and_the_phrase_codex_reads() -> Non
 
 
 async def test_5xx_before_the_first_byte_is_retried_then_succeeds() -> None:
-    replies = [error_reply(502, b"bad gateway"), error_reply(503, openai_error("Loading model")), text_reply("ok")]
+    replies = [
+        error_reply(502, b"bad gateway"),
+        error_reply(503, openai_error("Loading model")),
+        text_reply("ok"),
+    ]
     async with gateway(replies, max_retries=2) as (client, fake, _):
         events = await stream_events(client, {"model": "m", "input": "x"})
     assert terminal(events)["type"] == "response.completed"
@@ -212,8 +255,13 @@ async def test_an_upstream_that_goes_silent_fails_after_the_idle_timeout() -> No
 
 
 async def test_an_error_object_inside_the_stream_fails_the_response_with_its_code() -> None:
-    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+    chunk = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}],
+    }
     error = {"error": {"message": "Rate limit exceeded, try again in 2s", "code": 429}}
     reply = raw_reply([b"data: " + orjson.dumps(chunk) + b"\n\n", b"data: " + orjson.dumps(error) + b"\n\n"])
     async with gateway([reply]) as (client, _, _):
@@ -235,7 +283,9 @@ async def test_finish_reason_length_is_incomplete() -> None:
 async def test_a_client_that_disconnects_cancels_the_upstream_request() -> None:
     slow = text_reply("word " * 200, chunk_chars=5, delay_between_chunks=0.02)
     async with gateway([slow]) as (client, fake, _):
-        async with client.stream("POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}) as response:
+        async with client.stream(
+            "POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}
+        ) as response:
             async for chunk in response.aiter_bytes():
                 if b"output_text.delta" in chunk:
                     break
@@ -243,14 +293,21 @@ async def test_a_client_that_disconnects_cancels_the_upstream_request() -> None:
     assert fake.disconnects == 1
 
 
-@pytest.mark.parametrize("content,status,param", [
-    (b"{not json", 400, None),
-    (b'{"input": "x"}', 400, "model"),
-    (b'{"model": "m", "input": "x", "tools": "all"}', 400, "tools"),
-])
-async def test_bad_client_input_is_a_400_naming_the_parameter(content: bytes, status: int, param: str | None) -> None:
+@pytest.mark.parametrize(
+    "content,status,param",
+    [
+        (b"{not json", 400, None),
+        (b'{"input": "x"}', 400, "model"),
+        (b'{"model": "m", "input": "x", "tools": "all"}', 400, "tools"),
+    ],
+)
+async def test_bad_client_input_is_a_400_naming_the_parameter(
+    content: bytes, status: int, param: str | None
+) -> None:
     async with gateway() as (client, fake, _):
-        response = await client.post("/v1/responses", content=content, headers={"content-type": "application/json"})
+        response = await client.post(
+            "/v1/responses", content=content, headers={"content-type": "application/json"}
+        )
     assert response.status_code == status
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param
@@ -274,7 +331,7 @@ async def test_models_lists_routes_and_aliases_and_routes_rename_the_model(tmp_p
     config.write_text(
         '[[upstreams]]\nname = "local"\nbase_url = "http://upstream.test/v1"\n'
         '[[models]]\nname = "coder"\nupstream = "local"\nmodel = "qwen3-coder:30b"\naliases = ["qc"]\n'
-        'extra_body = { temperature = 0.3 }\n'
+        "extra_body = { temperature = 0.3 }\n"
     )
     settings = load_settings({"discover": False}, config, environ={})
     fake = FakeUpstream([text_reply("hi")])
@@ -296,7 +353,9 @@ async def test_models_of_a_pass_through_upstream_come_from_the_upstream() -> Non
 
 
 async def test_without_an_upstream_requests_get_a_clear_error() -> None:
-    app = build_app(load_settings({"discover": False}, environ={}), transport=ASGIUpstreamTransport(None), environ={})
+    app = build_app(
+        load_settings({"discover": False}, environ={}), transport=ASGIUpstreamTransport(None), environ={}
+    )
     async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
         response = await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
     assert response.status_code == 503
@@ -325,8 +384,12 @@ def _script_by_turn(turns: list[Callable[[dict[str, Any]], Any]]) -> Callable[[d
 
 
 async def test_concurrent_streams_are_independent() -> None:
-    fake = FakeUpstream(lambda body: text_reply(body["messages"][-1]["content"] * 3, delay_between_chunks=0.001))
+    fake = FakeUpstream(
+        lambda body: text_reply(body["messages"][-1]["content"] * 3, delay_between_chunks=0.001)
+    )
     async with gateway(fake=fake) as (client, _, _):
-        results = await asyncio.gather(*(stream_events(client, {"model": "m", "input": f"<{i}>"}) for i in range(20)))
+        results = await asyncio.gather(
+            *(stream_events(client, {"model": "m", "input": f"<{i}>"}) for i in range(20))
+        )
     texts = [terminal(events)["response"]["output"][0]["content"][0]["text"] for events in results]
     assert texts == [f"<{i}>" * 3 for i in range(20)]

@@ -20,16 +20,20 @@ log = logging.getLogger("codexgate")
 _REDISCOVER_SECONDS = 5.0
 
 
-def upstream_target(upstream: UpstreamConfig, settings: Settings,
-                    environ: Mapping[str, str]) -> UpstreamTarget:
+def upstream_target(
+    upstream: UpstreamConfig, settings: Settings, environ: Mapping[str, str]
+) -> UpstreamTarget:
     headers = dict(upstream.headers)
     if upstream.api_key_env:
         key = environ.get(upstream.api_key_env)
         if key:
             headers.setdefault("authorization", f"Bearer {key}")
         else:
-            log.warning("upstream %s: environment variable %s is not set; sending no key",
-                        upstream.name, upstream.api_key_env)
+            log.warning(
+                "upstream %s: environment variable %s is not set; sending no key",
+                upstream.name,
+                upstream.api_key_env,
+            )
     dialect = ChatDialect(
         developer_role=upstream.developer_role,
         reasoning_replay=upstream.reasoning_replay,
@@ -56,8 +60,14 @@ class _LocalServerFinder:
     """With no upstream configured, looks for a local model server at startup and again (at
     most every few seconds) when a request arrives, so a server started later is picked up."""
 
-    def __init__(self, settings: Settings, router: Router[ChatBackend], transport: Transport,
-                 once: OnceLog, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        router: Router[ChatBackend],
+        transport: Transport,
+        once: OnceLog,
+        environ: Mapping[str, str],
+    ) -> None:
         self._settings, self._router, self._transport = settings, router, transport
         self._once, self._environ = once, environ
         self._last_probe = float("-inf")
@@ -71,8 +81,10 @@ class _LocalServerFinder:
         self._last_probe = now
         found = await discover(self._transport)
         if found is None:
-            self._once.warning("no upstream configured and no local model server found; requests "
-                               "fail until one is given with --upstream")
+            self._once.warning(
+                "no upstream configured and no local model server found; requests "
+                "fail until one is given with --upstream"
+            )
             return
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
@@ -81,15 +93,18 @@ class _LocalServerFinder:
         self._router.backends[upstream.name] = ChatBackend(target, self._transport, self._once)
 
 
-def build_app(settings: Settings, transport: Transport | None = None,
-              environ: Mapping[str, str] | None = None) -> GatewayApp:
+def build_app(
+    settings: Settings, transport: Transport | None = None, environ: Mapping[str, str] | None = None
+) -> GatewayApp:
     """The ASGI app for these settings. `transport` is the seam tests replace."""
     environ = os.environ if environ is None else environ
     transport = transport or AiohttpTransport()
     once = OnceLog()
     router: Router[ChatBackend] = Router()
     for upstream in settings.all_upstreams():
-        router.backends[upstream.name] = ChatBackend(upstream_target(upstream, settings, environ), transport, once)
+        router.backends[upstream.name] = ChatBackend(
+            upstream_target(upstream, settings, environ), transport, once
+        )
     for model in settings.models:
         router.add_model(model)
     if settings.discover:

@@ -19,20 +19,39 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="TOML file with upstreams and model routes")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8787)")
-    parser.add_argument("--upstream", help="base URL of one Chat Completions server, e.g. http://127.0.0.1:11434/v1")
+    parser.add_argument(
+        "--upstream", help="base URL of one Chat Completions server, e.g. http://127.0.0.1:11434/v1"
+    )
     parser.add_argument("--upstream-api-key-env", help="environment variable holding the upstream's API key")
     parser.add_argument("--idle-timeout", type=float, help="seconds without an upstream event before failing")
     parser.add_argument("--connect-timeout", type=float, help="seconds to connect to an upstream")
-    parser.add_argument("--max-retries", type=int, help="retries of connect errors and 5xx before the first byte")
+    parser.add_argument(
+        "--max-retries", type=int, help="retries of connect errors and 5xx before the first byte"
+    )
     parser.add_argument("--max-body-bytes", type=int, help="largest request body accepted")
-    parser.add_argument("--no-discover", dest="discover", action="store_const", const=False,
-                        help="do not look for a local model server when no upstream is given")
+    parser.add_argument(
+        "--no-discover",
+        dest="discover",
+        action="store_const",
+        const=False,
+        help="do not look for a local model server when no upstream is given",
+    )
     parser.add_argument("--log-level", help="debug, info, warning, error")
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
-    fields = ("host", "port", "upstream", "upstream_api_key_env", "idle_timeout", "connect_timeout",
-              "max_retries", "max_body_bytes", "discover", "log_level")
+    fields = (
+        "host",
+        "port",
+        "upstream",
+        "upstream_api_key_env",
+        "idle_timeout",
+        "connect_timeout",
+        "max_retries",
+        "max_body_bytes",
+        "discover",
+        "log_level",
+    )
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in fields}
     return load_settings(cli, args.config)
 
@@ -43,15 +62,26 @@ def _serve(args: argparse.Namespace) -> int:
     from codexgate.app import build_app
 
     settings = _settings_from(args)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     app = build_app(settings)
     upstreams = settings.all_upstreams()
     if upstreams:
         for upstream in upstreams:
             logging.getLogger("codexgate").info("upstream %s: %s", upstream.name, upstream.base_url)
-    uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http="httptools",
-                ws="websockets-sansio", lifespan="on", log_level=settings.log_level.lower(),
-                timeout_keep_alive=75, access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets-sansio",
+        lifespan="on",
+        log_level=settings.log_level.lower(),
+        timeout_keep_alive=75,
+        access_log=False,
+    )
     return 0
 
 
@@ -63,7 +93,9 @@ def _codex_setup(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codexgate", description="Run Codex CLI on any Chat Completions model.")
+    parser = argparse.ArgumentParser(
+        prog="codexgate", description="Run Codex CLI on any Chat Completions model."
+    )
     parser.add_argument("--version", action="version", version=f"codexgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -71,13 +103,24 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_flags(serve)
     serve.set_defaults(run=_serve)
 
-    setup = commands.add_parser("codex-setup", help="write the Codex profile and model catalog for the gateway")
+    setup = commands.add_parser(
+        "codex-setup", help="write the Codex profile and model catalog for the gateway"
+    )
     _serve_flags(setup)
-    setup.add_argument("--gateway-url", help="the gateway's URL as Codex reaches it (default from --host/--port)")
-    setup.add_argument("--model", action="append", dest="setup_models", metavar="NAME",
-                       help="model to set up (repeatable; default: the routed models, else the upstream's)")
+    setup.add_argument(
+        "--gateway-url", help="the gateway's URL as Codex reaches it (default from --host/--port)"
+    )
+    setup.add_argument(
+        "--model",
+        action="append",
+        dest="setup_models",
+        metavar="NAME",
+        help="model to set up (repeatable; default: the routed models, else the upstream's)",
+    )
     setup.add_argument("--context-window", type=int, help="context window for models with none configured")
-    setup.add_argument("--codex-home", type=Path, help="Codex home to write into (default $CODEX_HOME or ~/.codex)")
+    setup.add_argument(
+        "--codex-home", type=Path, help="Codex home to write into (default $CODEX_HOME or ~/.codex)"
+    )
     setup.add_argument("--profile", default="codexgate", help="Codex profile name (default codexgate)")
     setup.set_defaults(run=_codex_setup)
     return parser

@@ -101,9 +101,12 @@ class Settings(_Strict):
         """The configured upstreams, with `--upstream` as one named "default"."""
         upstreams = list(self.upstreams)
         if self.upstream:
-            upstreams.insert(0, UpstreamConfig(
-                name=SINGLE_UPSTREAM_NAME, base_url=self.upstream, api_key_env=self.upstream_api_key_env
-            ))
+            upstreams.insert(
+                0,
+                UpstreamConfig(
+                    name=SINGLE_UPSTREAM_NAME, base_url=self.upstream, api_key_env=self.upstream_api_key_env
+                ),
+            )
         return upstreams
 
 

@@ -43,9 +43,7 @@ async def _answers_models(transport: Transport, base_url: str, timeout: float) -
 async def discover(transport: Transport, timeout: float = 0.5) -> tuple[str, str] | None:
     """The first local server that answers `GET /models`, as (name, base URL), or None.
     All candidates are probed at once so a miss costs one timeout, not five."""
-    results = await asyncio.gather(
-        *(_answers_models(transport, url, timeout) for _, url in LOCAL_SERVERS)
-    )
+    results = await asyncio.gather(*(_answers_models(transport, url, timeout) for _, url in LOCAL_SERVERS))
     for (name, url), found in zip(LOCAL_SERVERS, results, strict=True):
         if found:
             return name, url

@@ -13,9 +13,10 @@ import logging
 import random
 import time
 import uuid
-from typing import Any
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
+
 import orjson
 
 from codexgate.backends.transport import Transport, UpstreamResponse
@@ -78,8 +79,13 @@ class OnceLog:
 class ChatCall:
     """One request to a chat upstream, from `open()` to the last event."""
 
-    def __init__(self, backend: ChatBackend, req: ResponsesRequest, upstream_model: str,
-                 model_defaults: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        backend: ChatBackend,
+        req: ResponsesRequest,
+        upstream_model: str,
+        model_defaults: Mapping[str, Any],
+    ) -> None:
         self._backend = backend
         self._target = backend.target
         chat = to_chat_request(req, self._target.dialect, upstream_model, model_defaults)
@@ -91,7 +97,9 @@ class ChatCall:
         created = int(time.time())
         self.envelope = Envelope.for_request(req, new_id("resp"), created)
         self.translator = ChatStreamTranslator(
-            self.envelope, chat.tool_map, new_id,
+            self.envelope,
+            chat.tool_map,
+            new_id,
             input_token_estimate=len(self._body) // 4,
             now=lambda: int(time.time()),
         )
@@ -119,8 +127,10 @@ class ChatCall:
                 error, retryable = exc, exc.retryable
             if not retryable or attempt >= target.max_retries:
                 raise error
-            wait = error.retry_after if error.retry_after is not None else (
-                target.retry_backoff * 2 ** attempt * random.uniform(0.9, 1.1)
+            wait = (
+                error.retry_after
+                if error.retry_after is not None
+                else (target.retry_backoff * 2**attempt * random.uniform(0.9, 1.1))
             )
             if wait > target.max_retry_wait:
                 raise error
@@ -131,13 +141,13 @@ class ChatCall:
     async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
         try:
             body = await asyncio.wait_for(response.read(), self._target.connect_timeout)
-        except (UpstreamError, asyncio.TimeoutError):
+        except (TimeoutError, UpstreamError):
             body = b""
         finally:
             await response.aclose()
         return classify(response.status, body[:_MAX_ERROR_BODY], response.headers)
 
-    async def events(self) -> AsyncIterator[list[Event]]:
+    async def events(self) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`; the last batch holds the terminal event.
         Cancelling the iteration (client gone) closes the upstream request."""
         translator = self.translator
@@ -167,7 +177,9 @@ class ChatCall:
             except StopAsyncIteration:
                 tail: list[Event] = []
                 for data in decoder.finish():
-                    tail.extend(translator.end_of_stream_marker() if data == _DONE else translator.feed(loads(data)))
+                    tail.extend(
+                        translator.end_of_stream_marker() if data == _DONE else translator.feed(loads(data))
+                    )
                 tail.extend(translator.finish())
                 yield tail
                 return
@@ -213,15 +225,14 @@ class ChatCall:
 
 
 class ChatBackend:
-    def __init__(self, target: UpstreamTarget, transport: Transport,
-                 once: OnceLog | None = None) -> None:
+    def __init__(self, target: UpstreamTarget, transport: Transport, once: OnceLog | None = None) -> None:
         self.target = target
         self.transport = transport
         self.once = once or OnceLog()
 
-    def call(self, req: ResponsesRequest, upstream_model: str,
-             model_defaults: Mapping[str, Any] | None = None) -> ChatCall:
+    def call(
+        self, req: ResponsesRequest, upstream_model: str, model_defaults: Mapping[str, Any] | None = None
+    ) -> ChatCall:
         """`model_defaults` (the route's `extra_body`) fill the upstream body under the
         client's own values."""
         return ChatCall(self, req, upstream_model, model_defaults or {})
-

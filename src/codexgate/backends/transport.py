@@ -6,7 +6,6 @@ tests plug in a transport that drives an ASGI app in-process (tests/support/asgi
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
@@ -121,10 +120,8 @@ class AiohttpTransport:
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         try:
-            resp = await session.request(
-                method, url, headers=dict(headers), data=body, timeout=timeout
-            )
-        except asyncio.TimeoutError as exc:
+            resp = await session.request(method, url, headers=dict(headers), data=body, timeout=timeout)
+        except TimeoutError as exc:
             raise UpstreamTimeout(f"connecting to {url} timed out") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamConnectError(f"cannot reach upstream {url}: {exc}") from exc

@@ -47,7 +47,9 @@ class ClientGone(Exception):
     """The client disconnected before the answer was complete."""
 
 
-async def send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_json(
+    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
     await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
@@ -113,7 +115,9 @@ class GatewayApp:
         try:
             if path == "/responses":
                 if method != "POST":
-                    raise InvalidRequest("Use POST for /v1/responses.", code=Code.METHOD_NOT_ALLOWED, status=405)
+                    raise InvalidRequest(
+                        "Use POST for /v1/responses.", code=Code.METHOD_NOT_ALLOWED, status=405
+                    )
                 await self._responses(scope, receive, send)
             elif path == "/models" and method == "GET":
                 await send_json(send, 200, await self._models())
@@ -129,8 +133,13 @@ class GatewayApp:
     async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
         # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).
         if "websocket.http.response" in scope.get("extensions", {}):
-            await send({"type": "websocket.http.response.start", "status": 426,
-                        "headers": _JSON_HEADERS + [(b"upgrade", b"websocket")]})
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": 426,
+                    "headers": _JSON_HEADERS + [(b"upgrade", b"websocket")],
+                }
+            )
             body = InvalidRequest("WebSockets are not served; use HTTP.", code="upgrade_required").to_body()
             await send({"type": "websocket.http.response.body", "body": orjson.dumps(body)})
         else:
@@ -184,8 +193,12 @@ class GatewayApp:
                 names.extend(await _upstream_model_ids(backend))
         created = int(time.time())
         unique = list(dict.fromkeys(names))
-        return {"object": "list",
-                "data": [{"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique
+            ],
+        }
 
 
 async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send) -> None:
@@ -214,8 +227,18 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send) -> None:
     if final["type"] == "response.failed":
         error = resource.get("error") or {}
         status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
-        await send_json(send, status, {"error": {"message": error.get("message", ""), "type": "server_error",
-                                                 "param": None, "code": error.get("code")}})
+        await send_json(
+            send,
+            status,
+            {
+                "error": {
+                    "message": error.get("message", ""),
+                    "type": "server_error",
+                    "param": None,
+                    "code": error.get("code"),
+                }
+            },
+        )
     else:
         await send_json(send, 200, resource)
     async for _ in events:
@@ -260,7 +283,11 @@ async def _upstream_model_ids(backend: ChatBackend) -> list[str]:
     try:
         async with asyncio.timeout(target.connect_timeout):
             response = await backend.transport.open(
-                "GET", target.base_url.rstrip("/") + "/models", dict(target.headers), None, target.connect_timeout
+                "GET",
+                target.base_url.rstrip("/") + "/models",
+                dict(target.headers),
+                None,
+                target.connect_timeout,
             )
             try:
                 body = await response.read()

@@ -16,13 +16,15 @@ def _echo_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     echoed = []
     for tool in tools:
         if tool.get("type") in _ECHOED_TOOL_KINDS and isinstance(tool.get("name"), str):
-            echoed.append({
-                "type": "function",
-                "name": tool["name"],
-                "description": tool.get("description"),
-                "parameters": tool.get("parameters"),
-                "strict": bool(tool.get("strict", False)),
-            })
+            echoed.append(
+                {
+                    "type": "function",
+                    "name": tool["name"],
+                    "description": tool.get("description"),
+                    "parameters": tool.get("parameters"),
+                    "strict": bool(tool.get("strict", False)),
+                }
+            )
     return echoed
 
 
@@ -44,9 +46,13 @@ def _echo_text(text: Any) -> dict[str, Any]:
     echoed: dict[str, Any]
     if kind == "json_schema" and isinstance(fmt, dict):
         # The schema itself is not echoed: the Open Responses echo only allows null there.
-        echoed = {"type": "json_schema", "name": fmt.get("name") or "output",
-                  "description": fmt.get("description"), "schema": None,
-                  "strict": bool(fmt.get("strict", False))}
+        echoed = {
+            "type": "json_schema",
+            "name": fmt.get("name") or "output",
+            "description": fmt.get("description"),
+            "schema": None,
+            "strict": bool(fmt.get("strict", False)),
+        }
     elif kind == "json_object":
         echoed = {"type": "json_object"}
     else:

@@ -25,7 +25,7 @@ def decode_reasoning(encrypted_content: object) -> str | None:
     if not isinstance(encrypted_content, str) or not encrypted_content.startswith(_PREFIX):
         return None
     try:
-        data = orjson.loads(base64.b64decode(encrypted_content[len(_PREFIX):], validate=True))
+        data = orjson.loads(base64.b64decode(encrypted_content[len(_PREFIX) :], validate=True))
     except (binascii.Error, orjson.JSONDecodeError, ValueError):
         return None
     text = data.get("text") if isinstance(data, dict) else None

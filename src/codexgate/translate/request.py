@@ -61,6 +61,13 @@ def _text_of_parts(parts: list[Any]) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(texts), images
 
 
+def _plain_text(content: Any) -> str:
+    """A message's text: content is a string or an array of parts (validated on input)."""
+    if isinstance(content, str):
+        return content
+    return _text_of_parts(content if isinstance(content, list) else [])[0]
+
+
 def _user_content(content: Any) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
@@ -114,13 +121,11 @@ class _Builder:
         content = item.get("content")
         if role in ("developer", "system"):
             if self.dialect.developer_role == "developer" and role == "developer":
-                text = content if isinstance(content, str) else _text_of_parts(content)[0]
-                self.push({"role": "developer", "content": text})
+                self.push({"role": "developer", "content": _plain_text(content)})
                 return
-            self.system_text(content if isinstance(content, str) else _text_of_parts(content)[0])
+            self.system_text(_plain_text(content))
         elif role == "assistant":
-            text = content if isinstance(content, str) else _text_of_parts(content)[0]
-            message: Message = {"role": "assistant", "content": text}
+            message: Message = {"role": "assistant", "content": _plain_text(content)}
             self.push(message)
             self.attach_reasoning(message)
             self.open_assistant, self.open_pos = message, len(self.messages) - 1
@@ -178,11 +183,13 @@ class _Builder:
         """Every tool call needs an answer before the conversation goes on."""
         message = self.open_assistant
         if message is not None and message.get("tool_calls"):
-            tail = self.messages[self.open_pos + 1:]
+            tail = self.messages[self.open_pos + 1 :]
             answered = {m.get("tool_call_id") for m in tail if m["role"] == "tool"}
             for call in message["tool_calls"]:
                 if call["id"] not in answered:
-                    self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": MISSING_OUTPUT})
+                    self.messages.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": MISSING_OUTPUT}
+                    )
         if self.pending_images:
             self.messages.append({"role": "user", "content": self.pending_images})
             self.pending_images = []
@@ -197,8 +204,9 @@ class _Builder:
         return self.messages
 
 
-def translate_input(items: list[Item], instructions: str | None, dialect: ChatDialect,
-                    tool_map: ToolMap) -> tuple[list[Message], list[str]]:
+def translate_input(
+    items: list[Item], instructions: str | None, dialect: ChatDialect, tool_map: ToolMap
+) -> tuple[list[Message], list[str]]:
     builder = _Builder(dialect, tool_map)
     if instructions:
         builder.system_text(instructions)
@@ -222,8 +230,12 @@ def translate_input(items: list[Item], instructions: str | None, dialect: ChatDi
     return builder.finish(), builder.dropped
 
 
-def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str,
-                    model_defaults: Mapping[str, Any] | None = None) -> ChatRequest:
+def to_chat_request(
+    req: ResponsesRequest,
+    dialect: ChatDialect,
+    upstream_model: str,
+    model_defaults: Mapping[str, Any] | None = None,
+) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Upstream and model defaults (`extra_body`) come first; the client's values override them."""
     chat_tools, tool_map = translate_tools(req.tools)

@@ -190,36 +190,62 @@ class ChatStreamTranslator:
             self._reasoning = r = _Reasoning(self._take_index(), self._new_id("rs"))
             item = {"type": "reasoning", "id": r.item_id, "summary": [], "status": "in_progress"}
             events.append(self._event("response.output_item.added", output_index=r.index, item=item))
-            events.append(self._event(
-                "response.reasoning_summary_part.added", item_id=r.item_id, output_index=r.index,
-                summary_index=0, part={"type": "summary_text", "text": ""},
-            ))
+            events.append(
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    item_id=r.item_id,
+                    output_index=r.index,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
+            )
         r = self._reasoning
         r.parts.append(text)
         self._output_chars += len(text)
-        events.append(self._event(
-            "response.reasoning_summary_text.delta", item_id=r.item_id, output_index=r.index,
-            summary_index=0, delta=text,
-        ))
+        events.append(
+            self._event(
+                "response.reasoning_summary_text.delta",
+                item_id=r.item_id,
+                output_index=r.index,
+                summary_index=0,
+                delta=text,
+            )
+        )
 
     def _text_delta(self, text: str, events: list[Event]) -> None:
         if self._message is None:
             self._close_reasoning(events)
             self._message = m = _Message(self._take_index(), self._new_id("msg"))
-            item = {"type": "message", "id": m.item_id, "status": "in_progress", "role": "assistant",
-                    "content": []}
+            item = {
+                "type": "message",
+                "id": m.item_id,
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
             events.append(self._event("response.output_item.added", output_index=m.index, item=item))
-            events.append(self._event(
-                "response.content_part.added", item_id=m.item_id, output_index=m.index, content_index=0,
-                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
-            ))
+            events.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=m.item_id,
+                    output_index=m.index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                )
+            )
         m = self._message
         m.parts.append(text)
         self._output_chars += len(text)
-        events.append(self._event(
-            "response.output_text.delta", item_id=m.item_id, output_index=m.index, content_index=0,
-            delta=text, logprobs=[],
-        ))
+        events.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=m.item_id,
+                output_index=m.index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
 
     def _tool_delta(self, call: dict[str, Any], position: int, events: list[Event]) -> None:
         chat_index = call.get("index")
@@ -245,10 +271,14 @@ class ChatStreamTranslator:
             state.args.append(arguments)
             self._output_chars += len(arguments)
             if not state.custom:
-                events.append(self._event(
-                    "response.function_call_arguments.delta", item_id=state.item_id,
-                    output_index=state.index, delta=arguments,
-                ))
+                events.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        item_id=state.item_id,
+                        output_index=state.index,
+                        delta=arguments,
+                    )
+                )
 
     def _announce_call(self, state: _ToolCall, events: list[Event]) -> None:
         if state.index >= 0:
@@ -259,12 +289,24 @@ class ChatStreamTranslator:
         state.call_id = state.call_id or self._new_id("call")
         if state.custom:
             state.item_id = self._new_id("ctc")
-            item: dict[str, Any] = {"type": "custom_tool_call", "id": state.item_id, "status": "in_progress",
-                                    "call_id": state.call_id, "name": target.name, "input": ""}
+            item: dict[str, Any] = {
+                "type": "custom_tool_call",
+                "id": state.item_id,
+                "status": "in_progress",
+                "call_id": state.call_id,
+                "name": target.name,
+                "input": "",
+            }
         else:
             state.item_id = self._new_id("fc")
-            item = {"type": "function_call", "id": state.item_id, "status": "in_progress",
-                    "call_id": state.call_id, "name": target.name, "arguments": ""}
+            item = {
+                "type": "function_call",
+                "id": state.item_id,
+                "status": "in_progress",
+                "call_id": state.call_id,
+                "name": target.name,
+                "arguments": "",
+            }
             if target.namespace:
                 item["namespace"] = target.namespace
         events.append(self._event("response.output_item.added", output_index=state.index, item=item))
@@ -284,10 +326,25 @@ class ChatStreamTranslator:
         self._message = None
         text = "".join(m.parts)
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        events.append(self._event("response.output_text.done", item_id=m.item_id, output_index=m.index,
-                                  content_index=0, text=text, logprobs=[]))
-        events.append(self._event("response.content_part.done", item_id=m.item_id, output_index=m.index,
-                                  content_index=0, part=part))
+        events.append(
+            self._event(
+                "response.output_text.done",
+                item_id=m.item_id,
+                output_index=m.index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+        )
+        events.append(
+            self._event(
+                "response.content_part.done",
+                item_id=m.item_id,
+                output_index=m.index,
+                content_index=0,
+                part=part,
+            )
+        )
         item = {"type": "message", "id": m.item_id, "status": status, "role": "assistant", "content": [part]}
         self._done_item(m.index, item, events)
 
@@ -298,12 +355,30 @@ class ChatStreamTranslator:
         self._reasoning = None
         text = "".join(r.parts)
         part = {"type": "summary_text", "text": text}
-        events.append(self._event("response.reasoning_summary_text.done", item_id=r.item_id,
-                                  output_index=r.index, summary_index=0, text=text))
-        events.append(self._event("response.reasoning_summary_part.done", item_id=r.item_id,
-                                  output_index=r.index, summary_index=0, part=part))
-        item = {"type": "reasoning", "id": r.item_id, "summary": [part],
-                "encrypted_content": encode_reasoning(text)}
+        events.append(
+            self._event(
+                "response.reasoning_summary_text.done",
+                item_id=r.item_id,
+                output_index=r.index,
+                summary_index=0,
+                text=text,
+            )
+        )
+        events.append(
+            self._event(
+                "response.reasoning_summary_part.done",
+                item_id=r.item_id,
+                output_index=r.index,
+                summary_index=0,
+                part=part,
+            )
+        )
+        item = {
+            "type": "reasoning",
+            "id": r.item_id,
+            "summary": [part],
+            "encrypted_content": encode_reasoning(text),
+        }
         self._done_item(r.index, item, events)
 
     def _close_calls(self, events: list[Event], status: str = "completed") -> None:
@@ -313,18 +388,49 @@ class ChatStreamTranslator:
             arguments = "".join(state.args)
             if state.custom:
                 raw = custom_input_from_arguments(arguments)
-                events.append(self._event("response.custom_tool_call_input.delta", item_id=state.item_id,
-                                          output_index=state.index, delta=raw))
-                events.append(self._event("response.custom_tool_call_input.done", item_id=state.item_id,
-                                          output_index=state.index, input=raw))
-                item: dict[str, Any] = {"type": "custom_tool_call", "id": state.item_id, "status": status,
-                                        "call_id": state.call_id, "name": target.name, "input": raw}
+                events.append(
+                    self._event(
+                        "response.custom_tool_call_input.delta",
+                        item_id=state.item_id,
+                        output_index=state.index,
+                        delta=raw,
+                    )
+                )
+                events.append(
+                    self._event(
+                        "response.custom_tool_call_input.done",
+                        item_id=state.item_id,
+                        output_index=state.index,
+                        input=raw,
+                    )
+                )
+                item: dict[str, Any] = {
+                    "type": "custom_tool_call",
+                    "id": state.item_id,
+                    "status": status,
+                    "call_id": state.call_id,
+                    "name": target.name,
+                    "input": raw,
+                }
             else:
                 arguments = arguments or "{}"
-                events.append(self._event("response.function_call_arguments.done", item_id=state.item_id,
-                                          output_index=state.index, name=target.name, arguments=arguments))
-                item = {"type": "function_call", "id": state.item_id, "status": status,
-                        "call_id": state.call_id, "name": target.name, "arguments": arguments}
+                events.append(
+                    self._event(
+                        "response.function_call_arguments.done",
+                        item_id=state.item_id,
+                        output_index=state.index,
+                        name=target.name,
+                        arguments=arguments,
+                    )
+                )
+                item = {
+                    "type": "function_call",
+                    "id": state.item_id,
+                    "status": status,
+                    "call_id": state.call_id,
+                    "name": target.name,
+                    "arguments": arguments,
+                }
                 if target.namespace:
                     item["namespace"] = target.namespace
             self._done_item(state.index, item, events)
@@ -361,8 +467,9 @@ class ChatStreamTranslator:
         self.done = True
         usage = self._final_usage()
         if incomplete:
-            resource = self._env.resource("incomplete", self._output, usage=usage,
-                                          incomplete_reason=incomplete)
+            resource = self._env.resource(
+                "incomplete", self._output, usage=usage, incomplete_reason=incomplete
+            )
             events.append(self._event("response.incomplete", response=resource))
         else:
             resource = self._env.resource("completed", self._output, usage=usage, completed_at=self._now())

@@ -13,8 +13,17 @@ _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 # Hosted or client-side tools a Chat Completions model cannot run: left out of the request.
 UNSUPPORTED_TOOL_KINDS = frozenset(
-    ("web_search", "web_search_preview", "tool_search", "local_shell", "file_search",
-     "computer_use_preview", "code_interpreter", "image_generation", "mcp")
+    (
+        "web_search",
+        "web_search_preview",
+        "tool_search",
+        "local_shell",
+        "file_search",
+        "computer_use_preview",
+        "code_interpreter",
+        "image_generation",
+        "mcp",
+    )
 )
 
 CUSTOM_INPUT_PARAM = "input"
@@ -63,9 +72,9 @@ def _function_tool(name: str, description: str | None, parameters: Any) -> dict[
     function: dict[str, Any] = {"name": name}
     if description:
         function["description"] = description
-    function["parameters"] = parameters if isinstance(parameters, dict) else {
-        "type": "object", "properties": {}
-    }
+    function["parameters"] = (
+        parameters if isinstance(parameters, dict) else {"type": "object", "properties": {}}
+    )
     return {"type": "function", "function": function}
 
 

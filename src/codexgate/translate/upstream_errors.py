@@ -39,7 +39,10 @@ _BY_CODE: dict[str, type[UpstreamError]] = {
 PROSE_PATTERNS: tuple[tuple[re.Pattern[str], type[UpstreamError]], ...] = (
     (re.compile(r"maximum context length", re.I), ContextLengthExceeded),  # vLLM, OpenAI-likes
     (re.compile(r"context (?:length|window|size) (?:exceeded|is exceeded)", re.I), ContextLengthExceeded),
-    (re.compile(r"exceeds? (?:the )?(?:available )?context (?:size|length|window)", re.I), ContextLengthExceeded),
+    (
+        re.compile(r"exceeds? (?:the )?(?:available )?context (?:size|length|window)", re.I),
+        ContextLengthExceeded,
+    ),
     (re.compile(r"prompt is too long", re.I), ContextLengthExceeded),
     (re.compile(r"too many tokens", re.I), ContextLengthExceeded),
     (re.compile(r"input (?:is )?too long", re.I), ContextLengthExceeded),
@@ -94,8 +97,9 @@ def _error_object(body: bytes | Mapping[str, Any]) -> tuple[str, str | None, str
     return orjson.dumps(data).decode()[:2000], None, None
 
 
-def classify(status: int, body: bytes | Mapping[str, Any],
-             headers: Mapping[str, str] | None = None) -> UpstreamError:
+def classify(
+    status: int, body: bytes | Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> UpstreamError:
     """An upstream failure as the exception the gateway reports. `status` 0 means an error
     object inside an otherwise successful stream."""
     headers = headers or {}

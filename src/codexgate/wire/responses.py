@@ -69,8 +69,14 @@ _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
 }
 _KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice"}
 
-_JSON_NAMES = {str: "a string", list: "an array", dict: "an object", bool: "a boolean",
-               int: "an integer", float: "a number"}
+_JSON_NAMES = {
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+}
 
 
 def _type_name(expected: type | tuple[type, ...]) -> str:
