@@ -468,6 +468,29 @@ async def test_closing_after_the_end_is_not_a_disconnect() -> None:
     assert not response.disconnected and not response.app_running
 
 
+async def test_aclose_from_another_task_wakes_a_blocked_reader() -> None:
+    """A gateway may close the upstream response from its disconnect watcher while its relay
+    task is waiting for the next chunk: the reader must fail at once, not hang."""
+    upstream = FakeUpstream([stall_reply("Hello world", stall_seconds=60)])
+    async with asyncio.timeout(TIMEOUT):
+        response = await open_chat(ASGIUpstreamTransport(upstream), chat_body())
+        first_two = asyncio.Event()
+
+        async def read_all() -> None:
+            count = 0
+            async for _ in response.iter_chunks():
+                count += 1
+                if count == 2:
+                    first_two.set()
+
+        reader = asyncio.create_task(read_all())
+        await first_two.wait()  # the reader is now blocked in the stall
+        await response.aclose()
+        with pytest.raises(UpstreamConnectError):
+            await reader
+    assert upstream.disconnects == 1
+
+
 async def test_transport_aclose_aborts_open_responses() -> None:
     upstream = FakeUpstream([stall_reply("a", 60), stall_reply("b", 60)])
     transport = ASGIUpstreamTransport(upstream)
@@ -477,6 +500,34 @@ async def test_transport_aclose_aborts_open_responses() -> None:
         await transport.aclose()
     assert upstream.disconnects == 2
     assert all(r.closed and not r.app_running for r in transport.responses)
+
+
+async def test_send_raising_is_a_disconnect_too() -> None:
+    """Servers that raise from send() instead of reporting http.disconnect."""
+    upstream = FakeUpstream([text_reply("x" * 100, chunk_chars=1)])
+    request_sent = False
+    body_messages = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal request_sent
+        if not request_sent:
+            request_sent = True
+            return {"type": "http.request", "body": orjson.dumps(chat_body()), "more_body": False}
+        await asyncio.Event().wait()  # never reports the disconnect
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal body_messages
+        if message["type"] == "http.response.body":
+            body_messages += 1
+            if body_messages > 3:
+                raise ConnectionResetError("peer gone")
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    async with asyncio.timeout(TIMEOUT):
+        await upstream(scope, receive, send)  # type: ignore[arg-type]
+    assert upstream.disconnects == 1 and upstream.requests[0].disconnected
+    assert upstream.in_flight == 0 and body_messages == 4
 
 
 # -- ASGIUpstreamTransport specifics ---------------------------------------------------------------
@@ -598,6 +649,42 @@ async def test_streaming_client_early_close_delivers_disconnect() -> None:
     assert transport.forced_cancellations == 0 and transport.app_errors == []
 
 
+async def test_client_disconnect_propagates_through_a_proxy_to_the_upstream() -> None:
+    """The chain every gateway test uses: httpx -> app -> ASGIUpstreamTransport -> FakeUpstream.
+    Closing the client response must reach the fake upstream before `stream()` exits."""
+    upstream = FakeUpstream([text_reply("y" * 500, chunk_chars=1, delay_between_chunks=0.001)])
+    upstream_transport = ASGIUpstreamTransport(upstream)
+
+    async def proxy(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        body = orjson.dumps(chat_body())
+        response = await upstream_transport.open("POST", UPSTREAM, {}, body, 5.0)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+
+            async def relay() -> None:
+                async for chunk in response.iter_chunks():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+
+            relaying = asyncio.create_task(relay())
+            watching = asyncio.create_task(receive())
+            await asyncio.wait({relaying, watching}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (relaying, watching):
+                task.cancel()
+            await asyncio.wait({relaying, watching})
+        finally:
+            await response.aclose()
+
+    transport = StreamingASGITransport(proxy)
+    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
+        async with client.stream("POST", "http://gw/v1/responses", json={}) as response:
+            assert (await anext(aiter(response.aiter_raw()))).startswith(b"data: ")
+        assert upstream.disconnects == 1 and upstream.in_flight == 0
+    assert transport.forced_cancellations == 0 and transport.app_errors == []
+    assert all(r.closed for r in upstream_transport.responses)
+
+
 async def test_streaming_client_cancels_an_app_that_ignores_disconnect() -> None:
     cancelled = asyncio.Event()
 
@@ -707,12 +794,25 @@ async def test_asgi_lifespan_state_reaches_requests() -> None:
     assert events == ["lifespan.startup", "lifespan.shutdown"]
 
 
+async def test_asgi_lifespan_tolerates_apps_without_lifespan() -> None:
+    async def plain(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http", "no lifespan here"
+
+    async with asyncio.timeout(TIMEOUT), asgi_lifespan(plain) as state:
+        assert state == {}
+
+
 # -- the openai SDK against the fake upstream (realism check of both) -----------------------------
 
 
 def sdk_client(app: FakeUpstream) -> openai.AsyncOpenAI:
     http_client = httpx.AsyncClient(transport=StreamingASGITransport(app))
-    return openai.AsyncOpenAI(base_url="http://gw/v1", api_key="x", http_client=http_client)
+    # openai>=3 is typed for httpx2 clients but accepts (legacy) httpx ones at run time.
+    return openai.AsyncOpenAI(
+        base_url="http://gw/v1",
+        api_key="x",
+        http_client=http_client,  # type: ignore[arg-type]
+    )
 
 
 async def test_openai_sdk_reads_streamed_text_and_usage() -> None:

@@ -5,7 +5,7 @@ httpx on the client side) are thin adapters over `ASGIExchange`, so they share o
 semantics, chosen to match uvicorn (the server codexgate runs under) rather than to be lenient:
 
 * the app runs in its own task; `start()` returns as soon as it sent `http.response.start`;
-* body chunks pass through a small bounded queue, so a slow reader back-pressures the app the
+* body chunks pass through a small bounded channel, so a slow reader back-pressures the app the
   way a full socket buffer would, and a fast reader sees every chunk as soon as it is sent;
 * `receive()` after the request body blocks until the client goes away or the response is
   complete, then answers `http.disconnect` (uvicorn does the same);
@@ -21,8 +21,10 @@ semantics, chosen to match uvicorn (the server codexgate runs under) rather than
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,6 +63,53 @@ class _Cut:
 
 
 _END = object()
+_CLOSED = object()
+
+
+class _BodyChannel:
+    """A bounded FIFO of body chunks between the app task and the reader.
+
+    Like an `asyncio.Queue(maxsize)` (the bound is what back-pressures the app), plus what
+    Python 3.11's Queue lacks: `close()` wakes a reader blocked on `get()` (it gets `_CLOSED`)
+    and a writer blocked on `put()` (its chunk is dropped), so closing from another task
+    never leaves either side hanging. End markers bypass the bound.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._items: deque[object] = deque()
+        self._capacity = max(1, capacity)
+        self._not_empty = asyncio.Event()
+        self._not_full = asyncio.Event()
+        self._closed = False
+
+    async def put(self, item: bytes) -> None:
+        while len(self._items) >= self._capacity and not self._closed:
+            self._not_full.clear()
+            await self._not_full.wait()
+        if not self._closed:
+            self._items.append(item)
+            self._not_empty.set()
+
+    def put_end(self, marker: object) -> None:
+        if not self._closed:
+            self._items.append(marker)
+            self._not_empty.set()
+
+    async def get(self) -> object:
+        while not self._items:
+            if self._closed:
+                return _CLOSED
+            self._not_empty.clear()
+            await self._not_empty.wait()
+        item = self._items.popleft()
+        self._not_full.set()
+        return item
+
+    def close(self) -> None:
+        self._closed = True
+        self._items.clear()
+        self._not_empty.set()
+        self._not_full.set()
 
 
 def build_http_scope(
@@ -77,8 +126,6 @@ def build_http_scope(
     state: dict[str, Any] | None = None,
 ) -> Scope:
     """An ASGI 3 `http` scope as uvicorn builds it; header names are lower-cased here."""
-    from urllib.parse import unquote_to_bytes
-
     if port is None:
         port = 443 if scheme in ("https", "wss") else 80
     raw_path = raw_path or b"/"
@@ -121,7 +168,7 @@ class ASGIExchange:
         self._request_complete = False
         self._grace = disconnect_grace
         self._raise_after_disconnect = raise_on_send_after_disconnect
-        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=max(1, buffer_chunks))
+        self._channel = _BodyChannel(buffer_chunks)
         # Set once receive() must answer http.disconnect: client gone or response complete.
         self._done_event = asyncio.Event()
         self._start_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -154,11 +201,11 @@ class ASGIExchange:
     async def body(self) -> AsyncIterator[bytes]:
         """Body chunks as the app sends them. Raises BodyIncomplete on a cut."""
         while True:
-            if self._closed:
-                raise BodyIncomplete("response already closed")
-            item = await self._queue.get()
+            item = await self._channel.get()
             if item is _END:
                 return
+            if item is _CLOSED:
+                raise BodyIncomplete("response closed")
             if isinstance(item, _Cut):
                 raise BodyIncomplete(
                     "ASGI app stopped without finishing the response body", item.error
@@ -181,12 +228,12 @@ class ASGIExchange:
         if self._closed:
             return
         self._closed = True
+        self._channel.close()  # wakes a reader in another task and an app blocked on send
         task = self._task
         if task is not None and not task.done():
             if not self.response_complete:
                 self.disconnected = True
                 self._done_event.set()
-            self._drain()  # unblocks an app waiting on a full queue
             try:
                 done, _ = await asyncio.wait({task}, timeout=self._grace)
                 if not done:
@@ -198,11 +245,6 @@ class ASGIExchange:
                 raise
             if not done:
                 raise RuntimeError("ASGI app ignored cancellation after the client disconnected")
-        self._drain()
-
-    def _drain(self) -> None:
-        while not self._queue.empty():
-            self._queue.get_nowait()
 
     # -- app side ------------------------------------------------------------------------------
 
@@ -211,9 +253,9 @@ class ASGIExchange:
             await self._app(self._scope, self._receive, self._send)
         except Exception as exc:
             self.app_error = exc
-        if self.response_started and not self.response_complete and not self._closed:
+        if self.response_started and not self.response_complete:
             self._done_event.set()
-            await self._queue.put(_Cut(self.app_error))
+            self._channel.put_end(_Cut(self.app_error))
 
     async def _receive(self) -> Message:
         if not self._request_complete:
@@ -258,12 +300,10 @@ class ASGIExchange:
             more_body = bool(message.get("more_body", False))
             if not more_body:
                 self.response_complete = True
-            # Once the consumer closed, nobody reads the queue: drop instead of blocking.
-            if chunk and not self._closed:
-                await self._queue.put(chunk)
+            if chunk:
+                await self._channel.put(chunk)
             if not more_body:
                 self._done_event.set()
-                if not self._closed:
-                    await self._queue.put(_END)
+                self._channel.put_end(_END)
         else:
             raise RuntimeError(f"unsupported ASGI message {kind!r}")

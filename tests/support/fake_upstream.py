@@ -169,7 +169,7 @@ def tool_calls_reply(
     with index, id, type and name (empty arguments), then argument fragments; calls get
     indexes 0, 1, ... in order; finish_reason "tool_calls". Optional text comes first."""
     tool_calls = tuple(
-        call if isinstance(call, ToolCall) else ToolCall(*call)  # type: ignore[arg-type]
+        call if isinstance(call, ToolCall) else ToolCall(*call)
         for call in calls
     )
     return ChatReply(
@@ -428,7 +428,14 @@ def _json_headers(body: bytes, extra: Mapping[str, str] | None = None) -> dict[s
 
 
 class FakeUpstream:
-    """The ASGI app. See the module docstring."""
+    """The ASGI app (see the module docstring). What tests read:
+
+    `requests`: every chat request, in order (`RecordedRequest`: method, path, lower-cased
+    headers, parsed body, whether the client left early); `model_list_requests`;
+    `disconnects`: replies abandoned because the client went away; `completed`: replies sent to
+    their end (deliberate cuts included); `in_flight`: replies being sent now; `errors`: script
+    problems (also answered as 500s); `remaining`: replies left in a list script.
+    """
 
     def __init__(self, script: Script = (), *, models: Sequence[str] = ("fake-model",)) -> None:
         self._responder: Callable[[JSON], Reply] | None = None

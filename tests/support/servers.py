@@ -54,7 +54,7 @@ def _server(
     *,
     same_loop: bool,
     lifespan: Lifespan,
-    shutdown_timeout: float,
+    shutdown_timeout: int,
     log_level: str,
 ) -> uvicorn.Server:
     host, port = sock.getsockname()[:2]
@@ -82,11 +82,13 @@ def run_asgi_server(
     *,
     port: int = 0,
     startup_timeout: float = 10.0,
-    shutdown_timeout: float = 2.0,
+    shutdown_timeout: int = 2,
     lifespan: Lifespan = "auto",
     log_level: str = "warning",
 ) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yield its base URL.
+
+    Blocking: from a coroutine use `arun_asgi_server`, or the caller's loop stalls meanwhile.
 
     Raises RuntimeError when uvicorn does not come up within `startup_timeout` (e.g. the app's
     lifespan startup failed). On exit, requests still running get `shutdown_timeout` seconds
@@ -143,7 +145,7 @@ async def arun_asgi_server(
     port: int = 0,
     same_loop: bool = False,
     startup_timeout: float = 10.0,
-    shutdown_timeout: float = 2.0,
+    shutdown_timeout: int = 2,
     lifespan: Lifespan = "auto",
     log_level: str = "warning",
 ) -> AsyncIterator[str]:

@@ -210,9 +210,8 @@ class ChatCall:
         except TimeoutError:
             raise UpstreamTimeout(f"The upstream sent nothing for {idle:g} seconds (idle timeout).") from None
         except UpstreamConnectError as exc:
-            raise UpstreamStreamCut(
-                f"The upstream connection broke before the model finished ({exc.message})."
-            ) from None
+            log.info("upstream %s: %s", self._target.name, exc.message)
+            raise UpstreamStreamCut("The upstream connection broke before the model finished.") from None
 
     async def _drain(self, chunks: AsyncIterator[bytes]) -> None:
         """Read what follows the terminal event ([DONE]) so the connection can be reused."""

@@ -171,16 +171,19 @@ class GatewayApp:
             await self._on_no_upstream()
         route = self.router.resolve(req.model)
         call = route.backend.call(req, route.upstream_model, route.model.extra_body if route.model else None)
-        await _until_disconnect(receive, self._answer(call, req.stream, send))
+        delivery = _Delivery()
+        await _until_disconnect(receive, delivery, self._answer(call, req.stream, send, delivery))
 
-    async def _answer(self, call: ChatCall, stream: bool, send: Send) -> None:
+    async def _answer(self, call: ChatCall, stream: bool, send: Send, delivery: _Delivery) -> None:
         await call.open()  # errors before this point are HTTP errors
         events = call.events()
         try:
             if stream:
-                await _deliver_sse(events, send)
+                await _deliver_sse(events, send, delivery)
             else:
-                await _deliver_json(events, send)
+                await _deliver_json(events, send, delivery)
+            async for _ in events:  # the backend drains the upstream after the terminal event
+                pass
         finally:
             await events.aclose()
 
@@ -201,19 +204,18 @@ class GatewayApp:
         }
 
 
-async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send) -> None:
+async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     async for batch in events:
         await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
         if batch[-1]["type"] in _TERMINAL:
             break
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
+    delivery.complete = True
     await send({"type": "http.response.body", "body": b""})
-    async for _ in events:
-        pass
 
 
-async def _deliver_json(events: AsyncIterator[list[Event]], send: Send) -> None:
+async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
     """Non-streaming: the same events, folded into the final response object."""
     final: dict[str, Any] | None = None
     async for batch in events:
@@ -224,6 +226,7 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send) -> None:
     if final is None:
         raise GatewayError("The stream ended without a terminal event.")
     resource = final["response"]
+    delivery.complete = True
     if final["type"] == "response.failed":
         error = resource.get("error") or {}
         status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
@@ -241,26 +244,32 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send) -> None:
         )
     else:
         await send_json(send, 200, resource)
-    async for _ in events:
-        pass
 
 
-async def _until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
-    """Run the answer while listening for the client leaving; if it leaves, cancel the work,
-    which closes the upstream request."""
+class _Delivery:
+    """Whether the HTTP response is complete: after that, `http.disconnect` is the normal end
+    of the exchange (ASGI servers send it then), not the client leaving."""
+
+    __slots__ = ("complete",)
+
+    def __init__(self) -> None:
+        self.complete = False
+
+
+async def _until_disconnect(receive: Receive, delivery: _Delivery, work: Awaitable[None]) -> None:
+    """Run the answer while listening for the client leaving; if it leaves before the response
+    is complete, cancel the work, which closes the upstream request."""
     task = asyncio.ensure_future(work)
 
     async def watch() -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
+        while (await receive())["type"] != "http.disconnect":
+            pass
 
     watcher = asyncio.ensure_future(watch())
     try:
         done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            task.result()  # re-raise its error
+        if task in done or delivery.complete:
+            await task  # re-raises its error
             return
         task.cancel()
         try:

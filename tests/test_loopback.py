@@ -1,0 +1,151 @@
+"""The real stack on loopback: `codexgate serve` as a subprocess (uvicorn, aiohttp) in front of
+the fake upstream served by uvicorn. Proves what the in-process transport cannot: real sockets,
+real connection drops, the CLI's defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from codexgate.wire.sse import SSEDecoder
+from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
+from tests.support.openresponses import validate_stream
+from tests.support.servers import run_asgi_server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def gateway_process(*args: str) -> Iterator[tuple[str, list[str]]]:
+    """`codexgate serve` on a free port; yields its base URL and, after exit, its log lines."""
+    port = _free_port()
+    command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", str(port), *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("CODEXGATE_UPSTREAM", None)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    log: list[str] = []
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(base + "/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "gateway did not start: " + (process.stdout.read().decode() if process.stdout else "")
+                    )
+                time.sleep(0.05)
+        yield base, log
+    finally:
+        process.terminate()
+        try:
+            out, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+        log.extend(out.decode().splitlines())
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(d) for d in SSEDecoder().feed(raw)]
+
+
+def test_a_stream_through_the_real_server_and_client() -> None:
+    fake = FakeUpstream([text_reply("over real sockets", reasoning="hmm")])
+    with (
+        run_asgi_server(fake) as upstream,
+        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+    ):
+        response = httpx.post(
+            gw + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+        )
+        models = httpx.get(gw + "/v1/models", timeout=10).json()
+    events = _events(response.content)
+    validate_stream(events)
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][-1]["content"][0]["text"] == "over real sockets"
+    assert [m["id"] for m in models["data"]] == ["fake-model"]
+
+
+def test_a_connection_dropped_by_the_upstream_is_a_failed_response() -> None:
+    fake = FakeUpstream([cut_reply("half an ans")])
+    with (
+        run_asgi_server(fake) as upstream,
+        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+    ):
+        response = httpx.post(
+            gw + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+        )
+    events = _events(response.content)
+    validate_stream(events)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "upstream_stream_cut"
+
+
+def test_a_client_that_leaves_cancels_the_upstream_generation() -> None:
+    fake = FakeUpstream([text_reply("tok " * 500, chunk_chars=4, delay_between_chunks=0.01)])
+    with (
+        run_asgi_server(fake) as upstream,
+        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+    ):
+        with httpx.stream(
+            "POST", gw + "/v1/responses", json={"model": "m", "input": "x", "stream": True}, timeout=10
+        ) as response:
+            for chunk in response.iter_bytes():
+                if b"output_text.delta" in chunk:
+                    break
+        deadline = time.monotonic() + 5
+        while fake.disconnects == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert fake.disconnects == 1
+
+
+def test_websocket_upgrades_are_refused_with_426_so_codex_falls_back_to_http() -> None:
+    with gateway_process("--upstream", "http://127.0.0.1:9/v1", "--no-discover") as (gw, _):
+        response = httpx.get(
+            gw + "/v1/responses",
+            headers={
+                "connection": "Upgrade",
+                "upgrade": "websocket",
+                "sec-websocket-version": "13",
+                "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+                "openai-beta": "responses_websockets=2026-02-06",
+            },
+        )
+    assert response.status_code == 426
+
+
+def test_without_an_upstream_the_gateway_starts_and_explains() -> None:
+    with gateway_process("--no-discover") as (gw, _):
+        response = httpx.post(gw + "/v1/responses", json={"model": "m", "input": "x"}, timeout=10)
+    assert response.status_code == 503
+    assert "--upstream" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("flag,value", [("--idle-timeout", "abc"), ("--port", "-")])
+def test_bad_flags_fail_fast(flag: str, value: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "codexgate.cli", "serve", flag, value],
+        capture_output=True,
+        timeout=20,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
