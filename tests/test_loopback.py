@@ -51,7 +51,7 @@ def gateway_process(*args: str) -> Iterator[tuple[str, list[str]]]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         "gateway did not start: " + (process.stdout.read().decode() if process.stdout else "")
-                    )
+                    ) from None
                 time.sleep(0.05)
         yield base, log
     finally:
