@@ -393,3 +393,18 @@ async def test_concurrent_streams_are_independent() -> None:
         )
     texts = [terminal(events)["response"]["output"][0]["content"][0]["text"] for events in results]
     assert texts == [f"<{i}>" * 3 for i in range(20)]
+
+
+async def test_an_upstream_that_never_answers_fails_after_the_idle_timeout() -> None:
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(30)  # accepts the request, never sends headers
+
+    transport = ASGIUpstreamTransport(silent)
+    settings = load_settings({"upstream": UPSTREAM, "discover": False, "idle_timeout": 0.2, "connect_timeout": 0.1,
+                              "max_retries": 0},
+                             environ={})
+    app = build_app(settings, transport=transport, environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        async with asyncio.timeout(10):
+            response = await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+    assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"

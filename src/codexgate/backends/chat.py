@@ -113,9 +113,7 @@ class ChatCall:
         attempt = 0
         while True:
             try:
-                response = await self._backend.transport.open(
-                    "POST", url, headers, self._body, target.connect_timeout
-                )
+                response = await self._open_once(url, headers)
                 if response.status == 200:
                     self._response = response
                     return
@@ -137,6 +135,20 @@ class ChatCall:
             attempt += 1
             log.info("upstream %s: %s; retry %d in %.2fs", target.name, error.message, attempt, wait)
             await asyncio.sleep(wait)
+
+    async def _open_once(self, url: str, headers: dict[str, str]) -> UpstreamResponse:
+        """One attempt. An upstream that accepts the connection but sends no headers counts as
+        idle, like one that stops mid-stream: bounded by the idle timeout."""
+        target = self._target
+        try:
+            async with asyncio.timeout(target.connect_timeout + target.idle_timeout):
+                return await self._backend.transport.open(
+                    "POST", url, headers, self._body, target.connect_timeout
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"The upstream sent no response for {target.idle_timeout:g} seconds (idle timeout)."
+            ) from None
 
     async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
         try:
@@ -167,38 +179,47 @@ class ChatCall:
             await response.aclose()
 
     async def _translate(self, response: UpstreamResponse) -> AsyncIterator[list[Event]]:
-        translator = self.translator
         decoder = SSEDecoder()
-        loads = orjson.loads
         chunks = aiter(response.iter_chunks())
         while True:
-            try:
-                raw = await self._next_chunk(chunks)
-            except StopAsyncIteration:
-                tail: list[Event] = []
-                for data in decoder.finish():
-                    tail.extend(
-                        translator.end_of_stream_marker() if data == _DONE else translator.feed(loads(data))
-                    )
-                tail.extend(translator.finish())
-                yield tail
-                return
             events: list[Event] = []
-            for data in decoder.feed(raw):
-                if data == _DONE:
-                    events.extend(translator.end_of_stream_marker())
-                    break
+            try:
                 try:
-                    chunk = loads(data)
-                except orjson.JSONDecodeError:
-                    log.warning("upstream sent data that is not JSON: %.200r", data)
-                    continue
-                events.extend(translator.feed(chunk))
+                    raw = await self._next_chunk(chunks)
+                except StopAsyncIteration:
+                    self._feed(decoder.finish(), events)
+                    events.extend(self.translator.finish())
+                    yield events
+                    return
+                self._feed(decoder.feed(raw), events)
+            except GatewayError:
+                # What this read produced before the failure still goes out, then fail()'s
+                # events close it: no event numbers are skipped.
+                events.extend(self.translator.pending_events)
+                if events:
+                    yield events
+                raise
             if events:
                 yield events
-            if translator.done:
+            if self.translator.done:
                 await self._drain(chunks)
                 return
+
+    def _feed(self, payloads: list[bytes], events: list[Event]) -> None:
+        """Translate decoded SSE payloads, appending to `events` as it goes."""
+        translator = self.translator
+        for data in payloads:
+            if data == _DONE:
+                events.extend(translator.end_of_stream_marker())
+                return
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                # Not JSON: noise, or the fragment of an event cut by a dropped connection
+                # (then finish() reports the cut).
+                log.warning("upstream sent data that is not JSON: %.200r", data)
+                continue
+            events.extend(translator.feed(chunk))
 
     async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes:
         """The next upstream bytes. Only this wait counts as upstream idleness: time the client

@@ -140,6 +140,8 @@ def chat_usage_to_responses(usage: dict[str, Any]) -> dict[str, Any]:
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
     cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    if not cached:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek and providers that copy it
     reasoning = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
     total = usage.get("total_tokens")
     return {

@@ -91,10 +91,13 @@ class ChatStreamTranslator:
         self._message: _Message | None = None
         self._reasoning: _Reasoning | None = None
         self._calls: dict[int, _ToolCall] = {}
+        self._call_keys: dict[int, int] = {}  # upstream index -> key in _calls, when they differ
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._output_chars = 0
         self.done = False  # a terminal event was produced
+        # Events made by a feed() that then raised: the caller sends them before fail()'s.
+        self.pending_events: list[Event] = []
 
     # -- public API
 
@@ -106,26 +109,36 @@ class ChatStreamTranslator:
         ]
 
     def feed(self, chunk: Any) -> list[Event]:
-        """One decoded chunk. Raises an UpstreamError for an error object in the stream."""
+        """One decoded chunk. Raises an UpstreamError for an error object in the stream; the
+        events the chunk made before it are then in `pending_events`."""
         if self.done or not isinstance(chunk, dict):
             return []
-        if "error" in chunk and not chunk.get("choices"):
-            raise classify(0, chunk)
         events: list[Event] = []
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices") or ()
+        for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1 is never requested
             delta = choice.get("delta") or choice.get("message") or {}
             if delta:
                 self._delta(delta, events)
             reason = choice.get("finish_reason")
+            if reason == "error" or chunk.get("error"):
+                # OpenRouter and others end a failed generation with an error object beside
+                # choices and finish_reason "error": a failure, whatever follows.
+                self.pending_events = events
+                raise classify(
+                    0, chunk if chunk.get("error") else {"error": "the upstream reported an error"}
+                )
             if reason:
                 self._finish_reason = reason
+        if not choices and chunk.get("error"):
+            raise classify(0, chunk)
         usage = chunk.get("usage")
         if isinstance(usage, dict) and usage:
             self._usage = usage
-            if self._finish_reason is not None:
-                # The usage chunk is the last one with content: end now, don't wait for [DONE].
+            if self._finish_reason is not None and not choices:
+                # The dedicated usage chunk comes last: end now rather than wait for [DONE].
+                # (Servers that put running usage on every chunk send that last one too.)
                 events.extend(self.finish())
         return events
 
@@ -248,37 +261,36 @@ class ChatStreamTranslator:
         )
 
     def _tool_delta(self, call: dict[str, Any], position: int, events: list[Event]) -> None:
-        chat_index = call.get("index")
-        if not isinstance(chat_index, int):
-            chat_index = position
-        state = self._calls.get(chat_index)
-        function = call.get("function") or {}
+        """Accumulate a tool call. Calls become items only once the upstream has finished its
+        turn (`_close_calls`): the client runs a call as soon as it sees it done, so a call cut
+        off mid-arguments must never reach it."""
+        index = call.get("index")
+        if not isinstance(index, int):
+            index = position
+        key = self._call_keys.get(index, index)
+        state = self._calls.get(key)
+        call_id = call.get("id") or None
+        if state is not None and call_id and state.call_id and call_id != state.call_id:
+            # A new id on a known index is a new call (Ollama numbers parallel calls all 0).
+            key = max(self._calls) + 1
+            self._call_keys[index] = key
+            state = None
         if state is None:
             self._close_reasoning(events)
             self._close_message(events)
-            state = self._calls[chat_index] = _ToolCall(chat_index, call.get("id") or None)
-        elif call.get("id") and state.call_id is None:
-            state.call_id = call["id"]
+            state = self._calls[key] = _ToolCall(key, call_id)
+        elif call_id and state.call_id is None:
+            state.call_id = call_id
+        function = call.get("function") or {}
         name = function.get("name")
-        if isinstance(name, str) and name and state.index < 0:
-            # Some servers split the name; it is complete once arguments start.
-            state.name += name
+        if isinstance(name, str) and name and not state.args:
+            state.name += name  # some servers split the name; it is whole once arguments start
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # some servers send an object instead of a string
             arguments = orjson.dumps(arguments).decode()
         if isinstance(arguments, str) and arguments:
-            self._announce_call(state, events)
             state.args.append(arguments)
             self._output_chars += len(arguments)
-            if not state.custom:
-                events.append(
-                    self._event(
-                        "response.function_call_arguments.delta",
-                        item_id=state.item_id,
-                        output_index=state.index,
-                        delta=arguments,
-                    )
-                )
 
     def _announce_call(self, state: _ToolCall, events: list[Event]) -> None:
         if state.index >= 0:
@@ -381,52 +393,38 @@ class ChatStreamTranslator:
         }
         self._done_item(r.index, item, events)
 
-    def _close_calls(self, events: list[Event], status: str = "completed") -> None:
+    def _close_calls(self, events: list[Event]) -> None:
+        """Emit every call the upstream finished, whole: added, its input, done."""
         for state in sorted(self._calls.values(), key=lambda s: s.chat_index):
-            self._announce_call(state, events)  # a call with empty arguments still happened
+            self._announce_call(state, events)
             target = self._tools.resolve(state.name)
             arguments = "".join(state.args)
+            item: dict[str, Any]
             if state.custom:
                 raw = custom_input_from_arguments(arguments)
-                events.append(
-                    self._event(
-                        "response.custom_tool_call_input.delta",
-                        item_id=state.item_id,
-                        output_index=state.index,
-                        delta=raw,
-                    )
-                )
-                events.append(
-                    self._event(
-                        "response.custom_tool_call_input.done",
-                        item_id=state.item_id,
-                        output_index=state.index,
-                        input=raw,
-                    )
-                )
-                item: dict[str, Any] = {
+                self._call_input_events(state, "response.custom_tool_call_input", "input", raw, events)
+                item = {
                     "type": "custom_tool_call",
                     "id": state.item_id,
-                    "status": status,
+                    "status": "completed",
                     "call_id": state.call_id,
                     "name": target.name,
                     "input": raw,
                 }
             else:
-                arguments = arguments or "{}"
-                events.append(
-                    self._event(
-                        "response.function_call_arguments.done",
-                        item_id=state.item_id,
-                        output_index=state.index,
-                        name=target.name,
-                        arguments=arguments,
-                    )
+                arguments = arguments or "{}"  # a call without arguments still happened
+                self._call_input_events(
+                    state,
+                    "response.function_call_arguments",
+                    "arguments",
+                    arguments,
+                    events,
+                    name=target.name,
                 )
                 item = {
                     "type": "function_call",
                     "id": state.item_id,
-                    "status": status,
+                    "status": "completed",
                     "call_id": state.call_id,
                     "name": target.name,
                     "arguments": arguments,
@@ -436,16 +434,27 @@ class ChatStreamTranslator:
             self._done_item(state.index, item, events)
         self._calls.clear()
 
+    def _call_input_events(
+        self, state: _ToolCall, prefix: str, field: str, value: str, events: list[Event], **extra: Any
+    ) -> None:
+        events.append(
+            self._event(f"{prefix}.delta", item_id=state.item_id, output_index=state.index, delta=value)
+        )
+        events.append(
+            self._event(
+                f"{prefix}.done", item_id=state.item_id, output_index=state.index, **{field: value}, **extra
+            )
+        )
+
     def _close_all(self, events: list[Event], status: str = "completed") -> None:
         self._close_reasoning(events)
         self._close_message(events, status)
         if status == "completed":
             self._close_calls(events)
         else:
-            # A half-streamed call must not run: drop calls that were never announced and
-            # close the others as incomplete.
-            self._calls = {k: s for k, s in self._calls.items() if s.index >= 0}
-            self._close_calls(events, status)
+            # A failed or truncated turn runs no tool: its calls may be cut mid-arguments,
+            # and they were never announced.
+            self._calls.clear()
         self._output = [item for item in self._output if item]
 
     def _done_item(self, index: int, item: dict[str, Any], events: list[Event]) -> None:
