@@ -28,26 +28,36 @@ def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
 def test_config_file_from_environment_and_single_upstream_flag(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[[upstreams]]\nname = "b"\nbase_url = "http://b/v1"\n')
-    settings = load_settings({"upstream": "http://a/v1", "upstream_api_key_env": "A_KEY"},
-                             environ={"CODEXGATE_CONFIG": str(config)})
+    settings = load_settings(
+        {"upstream": "http://a/v1", "upstream_api_key_env": "A_KEY"},
+        environ={"CODEXGATE_CONFIG": str(config)},
+    )
     upstreams = settings.all_upstreams()
     assert [(u.name, u.base_url, u.api_key_env) for u in upstreams] == [
-        ("default", "http://a/v1", "A_KEY"), ("b", "http://b/v1", None)]
+        ("default", "http://a/v1", "A_KEY"),
+        ("b", "http://b/v1", None),
+    ]
 
 
 def test_boolean_environment_values() -> None:
     assert load_settings({}, environ={"CODEXGATE_DISCOVER": "false"}).discover is False
 
 
-@pytest.mark.parametrize("toml,fragment", [
-    ('idle_timeout = "soon"', "idle_timeout"),
-    ('unknown_key = 1', "unknown_key"),
-    ('[[upstreams]]\nname = "a"\n', "base_url"),
-    ('[[upstreams]]\nname = "a"\nbase_url = "x"\n[[upstreams]]\nname = "a"\nbase_url = "y"\n', "unique"),
-    ('[[upstreams]]\nname = "a"\nbase_url = "x"\n[[models]]\nname = "m"\nupstream = "zz"\n', "unknown upstream"),
-    ('[[upstreams]]\nname = "a"\nbase_url = "x"\ndeveloper_role = "boss"\n', "developer_role"),
-    ("port = [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "toml,fragment",
+    [
+        ('idle_timeout = "soon"', "idle_timeout"),
+        ("unknown_key = 1", "unknown_key"),
+        ('[[upstreams]]\nname = "a"\n', "base_url"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "x"\n[[upstreams]]\nname = "a"\nbase_url = "y"\n', "unique"),
+        (
+            '[[upstreams]]\nname = "a"\nbase_url = "x"\n[[models]]\nname = "m"\nupstream = "zz"\n',
+            "unknown upstream",
+        ),
+        ('[[upstreams]]\nname = "a"\nbase_url = "x"\ndeveloper_role = "boss"\n', "developer_role"),
+        ("port = [", "not valid TOML"),
+    ],
+)
 def test_bad_settings_say_what_to_fix(tmp_path: Path, toml: str, fragment: str) -> None:
     config = tmp_path / "c.toml"
     config.write_text(toml)

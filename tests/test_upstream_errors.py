@@ -21,20 +21,23 @@ def err(message: str, code: object = None, kind: object = None) -> dict[str, obj
     return {"error": {"message": message, "code": code, "type": kind}}
 
 
-@pytest.mark.parametrize("status,body,cls,code", [
-    (400, err("x", code="context_length_exceeded"), ContextLengthExceeded, "context_length_exceeded"),
-    (400, err("x", kind="exceed_context_size_error"), ContextLengthExceeded, "context_length_exceeded"),
-    (429, err("x", code="insufficient_quota"), QuotaExceeded, "insufficient_quota"),
-    (429, err("slow"), RateLimited, "rate_limit_exceeded"),
-    (503, err("busy"), Overloaded, "server_is_overloaded"),
-    (529, err("x", kind="overloaded_error"), Overloaded, "server_is_overloaded"),
-    (401, err("no"), UpstreamAuthError, "upstream_authentication_failed"),
-    (403, b"forbidden", UpstreamAuthError, "upstream_authentication_failed"),
-    (404, err("nope"), UpstreamModelNotFound, "model_not_found"),
-    (500, b"<html>oops</html>", UpstreamServerError, "upstream_error"),
-    (413, b"too big", ContextLengthExceeded, "context_length_exceeded"),
-    (422, {"detail": [{"msg": "field required"}]}, UpstreamBadRequest, "invalid_request_error"),
-])
+@pytest.mark.parametrize(
+    "status,body,cls,code",
+    [
+        (400, err("x", code="context_length_exceeded"), ContextLengthExceeded, "context_length_exceeded"),
+        (400, err("x", kind="exceed_context_size_error"), ContextLengthExceeded, "context_length_exceeded"),
+        (429, err("x", code="insufficient_quota"), QuotaExceeded, "insufficient_quota"),
+        (429, err("slow"), RateLimited, "rate_limit_exceeded"),
+        (503, err("busy"), Overloaded, "server_is_overloaded"),
+        (529, err("x", kind="overloaded_error"), Overloaded, "server_is_overloaded"),
+        (401, err("no"), UpstreamAuthError, "upstream_authentication_failed"),
+        (403, b"forbidden", UpstreamAuthError, "upstream_authentication_failed"),
+        (404, err("nope"), UpstreamModelNotFound, "model_not_found"),
+        (500, b"<html>oops</html>", UpstreamServerError, "upstream_error"),
+        (413, b"too big", ContextLengthExceeded, "context_length_exceeded"),
+        (422, {"detail": [{"msg": "field required"}]}, UpstreamBadRequest, "invalid_request_error"),
+    ],
+)
 def test_status_code_and_type_decide_first(status: int, body: object, cls: type, code: str) -> None:
     error = classify(status, body)  # type: ignore[arg-type]
     assert type(error) is cls and error.code == code
@@ -70,13 +73,16 @@ def test_rate_limit_message_tells_codex_when_to_retry() -> None:
     assert prose.retry_after == 0.25 and prose.message.count("try again in") == 1
 
 
-@pytest.mark.parametrize("headers,message,expected", [
-    ({"retry-after-ms": "1500"}, "", 1.5),
-    ({"retry-after": "2"}, "", 2.0),
-    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, "", None),
-    ({}, "try again in 4 seconds", 4.0),
-    ({}, "no hint", None),
-])
+@pytest.mark.parametrize(
+    "headers,message,expected",
+    [
+        ({"retry-after-ms": "1500"}, "", 1.5),
+        ({"retry-after": "2"}, "", 2.0),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, "", None),
+        ({}, "try again in 4 seconds", 4.0),
+        ({}, "no hint", None),
+    ],
+)
 def test_parse_retry_after(headers: dict[str, str], message: str, expected: float | None) -> None:
     assert parse_retry_after(headers, message) == expected
 
