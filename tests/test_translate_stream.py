@@ -746,7 +746,8 @@ class _Transport:
 
 async def backend_events(data: bytes, size: int | None) -> list[Event]:
     target = UpstreamTarget(name="test", base_url="http://upstream.invalid/v1", headers={},
-                            dialect=ChatDialect())
+                            # the bare loop, as events_of() runs the bare translator
+                            dialect=ChatDialect(text_tool_calls="off", think_tags="off"))
     backend = ChatBackend(target, _Transport(data, size))  # type: ignore[arg-type]
     call = backend.call(parse_request({"model": "test-model", "input": "hi", "tools": CODEX_TOOLS}), "m")
     await call.open()

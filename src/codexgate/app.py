@@ -6,10 +6,12 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
 from codexgate.backends.transport import AiohttpTransport, Transport
-from codexgate.config import Settings, UpstreamConfig
+from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
 from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
@@ -40,6 +42,8 @@ def upstream_target(
         send_reasoning_effort=upstream.send_reasoning_effort,
         max_tokens_field=upstream.max_tokens_field,
         include_usage=upstream.include_usage,
+        text_tool_calls=upstream.text_tool_calls,
+        think_tags=upstream.think_tags,
         extra_body=dict(upstream.extra_body),
     )
     return UpstreamTarget(
@@ -54,6 +58,18 @@ def upstream_target(
         max_retry_wait=settings.max_retry_wait,
         models=tuple(upstream.models),
     )
+
+
+def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
+    """The upstream's backend with the model's own settings layered on its dialect."""
+    dialect = upstream.target.dialect
+    overrides: dict[str, Any] = {"extra_body": {**dialect.extra_body, **model.extra_body}}
+    if model.text_tool_calls is not None:
+        overrides["text_tool_calls"] = model.text_tool_calls
+    if model.think_tags is not None:
+        overrides["think_tags"] = model.think_tags
+    target = replace(upstream.target, dialect=replace(dialect, **overrides))
+    return ChatBackend(target, upstream.transport, upstream.once, upstream.counts)
 
 
 class _LocalServerFinder:
@@ -106,7 +122,8 @@ def build_app(
             upstream_target(upstream, settings, environ), transport, once
         )
     for model in settings.models:
-        router.add_model(model)
+        upstream_backend = router.backends[model.upstream or next(iter(router.backends))]
+        router.add_model(model, model_backend(upstream_backend, model))
     if settings.discover:
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 

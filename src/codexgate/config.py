@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from codexgate.translate.dialect import DeveloperRole, ReasoningReplay
+from codexgate.translate.dialect import DeveloperRole, ReasoningReplay, ThinkMode
+from codexgate.translate.textcalls import MODES as TEXT_TOOL_CALL_MODES
 
 ENV_PREFIX = "CODEXGATE_"
 SINGLE_UPSTREAM_NAME = "default"
@@ -35,6 +36,11 @@ SINGLE_UPSTREAM_NAME = "default"
 
 class ConfigError(Exception):
     """The settings cannot be built; the message says what to fix."""
+
+
+def _check_text_tool_calls(mode: str) -> None:
+    if mode not in TEXT_TOOL_CALL_MODES:
+        raise ValueError(f"text_tool_calls must be one of {', '.join(TEXT_TOOL_CALL_MODES)}, not {mode!r}")
 
 
 class _Strict(BaseModel):
@@ -54,8 +60,15 @@ class UpstreamConfig(_Strict):
     send_reasoning_effort: bool = False
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     include_usage: bool = True
+    text_tool_calls: str = "auto"  # auto | off | hermes | qwen3_coder | mistral | llama | deepseek | json
+    think_tags: ThinkMode = "auto"  # auto | start_inside | off
     extra_body: dict[str, Any] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=list)  # listed by /v1/models when not routed
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> UpstreamConfig:
+        _check_text_tool_calls(self.text_tool_calls)
+        return self
 
 
 class ModelConfig(_Strict):
@@ -67,6 +80,14 @@ class ModelConfig(_Strict):
     supports_images: bool = False
     supports_reasoning: bool = False
     extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. default sampling
+    text_tool_calls: str | None = None  # None: the upstream's setting
+    think_tags: ThinkMode | None = None
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> ModelConfig:
+        if self.text_tool_calls is not None:
+            _check_text_tool_calls(self.text_tool_calls)
+        return self
 
 
 class Settings(_Strict):

@@ -29,22 +29,23 @@ class Router(Generic[B]):
     """Routes from the config. With no routes at all and one upstream, every name goes to it
     unchanged; once routes exist, only routed names and aliases are served."""
 
-    backends: dict[str, B] = field(default_factory=dict)
-    models: dict[str, ModelConfig] = field(default_factory=dict)  # name and aliases
+    backends: dict[str, B] = field(default_factory=dict)  # by upstream name
+    models: dict[str, Route[B]] = field(default_factory=dict)  # by model name and alias
     routed: list[ModelConfig] = field(default_factory=list)
     discovery_candidates: list[str] = field(default_factory=list)
 
-    def add_model(self, model: ModelConfig) -> None:
+    def add_model(self, model: ModelConfig, backend: B) -> None:
+        """Route `model` (and its aliases) to `backend`, which carries the model's settings."""
         self.routed.append(model)
+        route = Route(backend, model.model or model.name, model)
         for name in (model.name, *model.aliases):
-            self.models[name] = model
+            self.models[name] = route
 
     def resolve(self, name: str) -> Route[B]:
         """Raises ModelNotFound for an unknown name, NoUpstream when nothing is configured."""
-        model = self.models.get(name)
-        if model is not None:
-            upstream = model.upstream or next(iter(self.backends))
-            return Route(self.backends[upstream], model.model or model.name, model)
+        route = self.models.get(name)
+        if route is not None:
+            return route
         if not self.backends:
             looked = ", ".join(self.discovery_candidates) or "nowhere (discovery is off)"
             raise NoUpstream(NO_UPSTREAM_HELP.format(looked=looked))

@@ -13,9 +13,9 @@ import logging
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -29,6 +29,7 @@ from codexgate.errors import (
     UpstreamStreamCut,
     UpstreamTimeout,
 )
+from codexgate.translate.content import ContentStage
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.request import to_chat_request
@@ -84,11 +85,11 @@ class ChatCall:
         backend: ChatBackend,
         req: ResponsesRequest,
         upstream_model: str,
-        model_defaults: Mapping[str, Any],
     ) -> None:
         self._backend = backend
         self._target = backend.target
-        chat = to_chat_request(req, self._target.dialect, upstream_model, model_defaults)
+        dialect = self._target.dialect
+        chat = to_chat_request(req, dialect, upstream_model)
         for kind in chat.tool_map.skipped_kinds:
             backend.once.warning(f"tool kind {kind!r} cannot run on a chat upstream; left out")
         for kind in chat.dropped_items:
@@ -102,6 +103,13 @@ class ChatCall:
             new_id,
             input_token_estimate=len(self._body) // 4,
             now=lambda: int(time.time()),
+            content=ContentStage(
+                chat.tool_map.schemas,
+                think=dialect.think_tags,
+                text_calls=dialect.text_tool_calls,
+                counts=backend.counts,
+            ),
+            counts=backend.counts,
         )
         self._response: UpstreamResponse | None = None
 
@@ -245,14 +253,21 @@ class ChatCall:
 
 
 class ChatBackend:
-    def __init__(self, target: UpstreamTarget, transport: Transport, once: OnceLog | None = None) -> None:
+    """An upstream as one model route sees it (its dialect includes the route's overrides).
+    `counts` tallies repairs and checks; routes of one upstream share it."""
+
+    def __init__(
+        self,
+        target: UpstreamTarget,
+        transport: Transport,
+        once: OnceLog | None = None,
+        counts: Counter[str] | None = None,
+    ) -> None:
         self.target = target
         self.transport = transport
         self.once = once or OnceLog()
+        self.counts: Counter[str] = Counter() if counts is None else counts
 
-    def call(
-        self, req: ResponsesRequest, upstream_model: str, model_defaults: Mapping[str, Any] | None = None
-    ) -> ChatCall:
-        """`model_defaults` (the route's `extra_body`) fill the upstream body under the
-        client's own values."""
-        return ChatCall(self, req, upstream_model, model_defaults or {})
+    def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
+        """Raises ValueError for a dialect naming an unknown text tool-call format."""
+        return ChatCall(self, req, upstream_model)

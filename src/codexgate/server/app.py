@@ -122,7 +122,7 @@ class GatewayApp:
             elif path == "/models" and method == "GET":
                 await send_json(send, 200, await self._models())
             elif path in ("/health", "/healthz") and method == "GET":
-                await send_json(send, 200, {"status": "ok", "upstreams": list(self.router.backends)})
+                await send_json(send, 200, self._health())
             else:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
         except GatewayError as exc:
@@ -170,7 +170,7 @@ class GatewayApp:
         if not self.router.backends and self._on_no_upstream is not None:
             await self._on_no_upstream()
         route = self.router.resolve(req.model)
-        call = route.backend.call(req, route.upstream_model, route.model.extra_body if route.model else None)
+        call = route.backend.call(req, route.upstream_model)
         delivery = _Delivery()
         await _until_disconnect(receive, delivery, self._answer(call, req.stream, send, delivery))
 
@@ -186,6 +186,11 @@ class GatewayApp:
                 pass
         finally:
             await events.aclose()
+
+    def _health(self) -> dict[str, Any]:
+        """Liveness, the upstreams, and what the gateway repaired or recognised on each."""
+        counts = {name: dict(sorted(b.counts.items())) for name, b in self.router.backends.items()}
+        return {"status": "ok", "upstreams": list(self.router.backends), "counts": counts}
 
     # -- /v1/models
 

@@ -16,6 +16,10 @@ DeveloperRole = Literal["merge", "system", "developer"]
 # llama.cpp), as `reasoning` (OpenRouter), or not at all.
 ReasoningReplay = Literal["reasoning_content", "reasoning", "none"]
 
+# Reasoning written inline as <think>...</think>: detect it ("auto"), expect the answer to start
+# inside an unclosed block because the chat template opened it ("start_inside"), or "off".
+ThinkMode = Literal["auto", "start_inside", "off"]
+
 
 @dataclass(frozen=True, slots=True)
 class ChatDialect:
@@ -24,6 +28,10 @@ class ChatDialect:
     send_reasoning_effort: bool = False
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     include_usage: bool = True
+    # Tool calls written as text: "auto" (detect every known format), a format name
+    # (hermes, qwen3_coder, mistral, llama, deepseek, json) or "off".
+    text_tool_calls: str = "auto"
+    think_tags: ThinkMode = "auto"
     # merged into every request body (e.g. default sampling for a small model); the client's
     # own values win.
     extra_body: dict[str, Any] = field(default_factory=dict)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,18 +229,13 @@ def translate_input(
     return builder.finish(), builder.dropped
 
 
-def to_chat_request(
-    req: ResponsesRequest,
-    dialect: ChatDialect,
-    upstream_model: str,
-    model_defaults: Mapping[str, Any] | None = None,
-) -> ChatRequest:
+def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
-    Upstream and model defaults (`extra_body`) come first; the client's values override them."""
+    The dialect's `extra_body` (upstream and model defaults) comes first; the client's values win."""
     chat_tools, tool_map = translate_tools(req.tools)
     messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map)
 
-    body: dict[str, Any] = {**dialect.extra_body, **(model_defaults or {})}
+    body: dict[str, Any] = dict(dialect.extra_body)
     body["model"] = upstream_model
     body["messages"] = messages
     body["stream"] = True

@@ -8,6 +8,7 @@ drift apart. Whatever happens, the stream it produces ends with exactly one of
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +16,12 @@ from typing import Any
 import orjson
 
 from codexgate.errors import GatewayError, UpstreamStreamCut
+from codexgate.translate.content import ContentStage
 from codexgate.translate.envelope import Envelope, chat_usage_to_responses, estimated_usage
+from codexgate.translate.patch_grammar import check_custom_input
 from codexgate.translate.reasoning import encode_reasoning
+from codexgate.translate.repair import repair_arguments
+from codexgate.translate.textcalls import CallPiece, TextPiece
 from codexgate.translate.tools import CUSTOM_INPUT_PARAM, ToolMap
 from codexgate.translate.upstream_errors import classify
 
@@ -49,6 +54,8 @@ class _ToolCall:
     index: int = -1  # output_index, once announced
     item_id: str = ""
     custom: bool = False
+    seq: int = 0  # order of appearance
+    from_text: bool = False  # recognised in the content: arguments already checked
 
 
 def custom_input_from_arguments(arguments: str) -> str:
@@ -79,7 +86,11 @@ class ChatStreamTranslator:
         *,
         input_token_estimate: int = 0,
         now: Callable[[], int] = lambda: 0,
+        content: ContentStage | None = None,
+        counts: Counter[str] | None = None,
     ) -> None:
+        """`content` post-processes the model's text (think tags, tool calls written as text);
+        `counts` tallies repairs and checks."""
         self._env = envelope
         self._tools = tool_map
         self._new_id = new_id
@@ -95,6 +106,8 @@ class ChatStreamTranslator:
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._output_chars = 0
+        self._content = content
+        self._counts = counts
         self.done = False  # a terminal event was produced
         # Events made by a feed() that then raised: the caller sends them before fail()'s.
         self.pending_events: list[Event] = []
@@ -164,6 +177,7 @@ class ChatStreamTranslator:
         if self.done:
             return []
         events: list[Event] = []
+        self._flush_content(events)
         self._close_all(events, status="incomplete")
         self.done = True
         resource = self._env.resource(
@@ -187,7 +201,10 @@ class ChatStreamTranslator:
             self._reasoning_delta(reasoning, events)
         content = delta.get("content")
         if isinstance(content, str) and content:
-            self._text_delta(content, events)
+            if self._content is None:
+                self._text_delta(content, events)
+            else:
+                self._content_pieces(self._content.feed(content), events)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._text_delta(refusal, events)
@@ -196,6 +213,29 @@ class ChatStreamTranslator:
             for position, call in enumerate(tool_calls):
                 if isinstance(call, dict):
                     self._tool_delta(call, position, events)
+
+    def _content_pieces(self, pieces: list[Any], events: list[Event]) -> None:
+        for piece in pieces:
+            if isinstance(piece, TextPiece):
+                self._text_delta(piece.text, events)
+            elif isinstance(piece, CallPiece):
+                self._text_call(piece, events)
+            else:
+                self._reasoning_delta(piece[1], events)
+
+    def _flush_content(self, events: list[Event]) -> None:
+        """Release what the content stage still holds (once, at the end of the message)."""
+        if self._content is not None:
+            stage, self._content = self._content, None
+            self._content_pieces(stage.finish(), events)
+
+    def _text_call(self, piece: CallPiece, events: list[Event]) -> None:
+        self._close_reasoning(events)
+        self._close_message(events)
+        key = -1 - len(self._calls)  # apart from the upstream's own call indexes
+        self._calls[key] = _ToolCall(
+            key, None, piece.name, [piece.arguments], seq=len(self._calls), from_text=True
+        )
 
     def _reasoning_delta(self, text: str, events: list[Event]) -> None:
         if self._reasoning is None:
@@ -276,9 +316,10 @@ class ChatStreamTranslator:
             self._call_keys[index] = key
             state = None
         if state is None:
+            self._flush_content(events)  # the text before a structured call is complete
             self._close_reasoning(events)
             self._close_message(events)
-            state = self._calls[key] = _ToolCall(key, call_id)
+            state = self._calls[key] = _ToolCall(key, call_id, seq=len(self._calls))
         elif call_id and state.call_id is None:
             state.call_id = call_id
         function = call.get("function") or {}
@@ -395,13 +436,16 @@ class ChatStreamTranslator:
 
     def _close_calls(self, events: list[Event]) -> None:
         """Emit every call the upstream finished, whole: added, its input, done."""
-        for state in sorted(self._calls.values(), key=lambda s: s.chat_index):
+        for state in sorted(self._calls.values(), key=lambda s: s.seq):
             self._announce_call(state, events)
             target = self._tools.resolve(state.name)
             arguments = "".join(state.args)
             item: dict[str, Any]
             if state.custom:
                 raw = custom_input_from_arguments(arguments)
+                grammar = self._tools.custom_grammars.get(target.name)
+                if grammar is not None:
+                    raw = check_custom_input(raw, grammar, self._counts).text
                 self._call_input_events(state, "response.custom_tool_call_input", "input", raw, events)
                 item = {
                     "type": "custom_tool_call",
@@ -412,6 +456,14 @@ class ChatStreamTranslator:
                     "input": raw,
                 }
             else:
+                if not state.from_text:
+                    # Repair only what is unambiguous; otherwise pass the model's text on and
+                    # let the client report the error to the model.
+                    checked = repair_arguments(
+                        arguments, self._tools.schemas.get(state.name), counts=self._counts
+                    )
+                    if checked.arguments is not None and checked.outcome == "repaired":
+                        arguments = checked.arguments
                 arguments = arguments or "{}"  # a call without arguments still happened
                 self._call_input_events(
                     state,
@@ -470,6 +522,7 @@ class ChatStreamTranslator:
 
     def _terminal(self) -> list[Event]:
         events: list[Event] = []
+        self._flush_content(events)
         reason = self._finish_reason
         incomplete = _INCOMPLETE_REASONS.get(reason or "")
         self._close_all(events, "incomplete" if incomplete else "completed")

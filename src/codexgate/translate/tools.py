@@ -59,6 +59,7 @@ class ToolMap:
 
     targets: dict[str, ToolTarget] = field(default_factory=dict)
     custom_grammars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    schemas: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # chat name -> parameters
     skipped_kinds: list[str] = field(default_factory=list)
 
     def resolve(self, chat_name: str) -> ToolTarget:
@@ -107,6 +108,7 @@ def translate_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
             tool_map.skipped_kinds.append(f"duplicate:{name}")
             return
         tool_map.targets[name] = target
+        tool_map.schemas[name] = chat_tool["function"].get("parameters")
         chat_tools.append(chat_tool)
 
     for tool in tools:

@@ -1,0 +1,67 @@
+"""The stage for open models' content: reasoning written as `<think>` text, then tool calls
+written as text. Pure and synchronous.
+
+Content flows through `ThinkSplitter` first (a tool call inside the thinking is not a call),
+then the answer text through `TextToolCallParser`. What comes out is reasoning text, answer text
+and recognised calls, in order, as if the upstream had sent `reasoning_content` and structured
+`tool_calls`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
+
+from codexgate.translate.dialect import ThinkMode
+from codexgate.translate.textcalls import CallPiece, TextPiece, TextToolCallParser
+from codexgate.translate.think import Piece as ThinkPiece
+from codexgate.translate.think import ThinkSplitter
+
+Reasoning: TypeAlias = tuple[Literal["reasoning"], str]
+Output: TypeAlias = Reasoning | TextPiece | CallPiece
+
+
+class ContentStage:
+    def __init__(
+        self,
+        tool_schemas: Mapping[str, dict[str, Any] | None],
+        *,
+        think: ThinkMode = "auto",
+        text_calls: str = "auto",
+        counts: Counter[str] | None = None,
+    ) -> None:
+        """Raises ValueError for an unknown `text_calls` mode."""
+        self._think = None if think == "off" else ThinkSplitter(think == "start_inside", counts=counts)
+        self._calls = None
+        if text_calls != "off" and tool_schemas:
+            self._calls = TextToolCallParser(tool_schemas, text_calls, counts)
+
+    def feed(self, text: str) -> list[Output]:
+        if self._think is None:
+            return self._answer(text, final=False)
+        return self._route(self._think.feed(text), final=False)
+
+    def finish(self) -> list[Output]:
+        if self._think is None:
+            return self._answer("", final=True)
+        return self._route(self._think.finish(), final=True)
+
+    def _route(self, pieces: list[ThinkPiece], final: bool) -> list[Output]:
+        out: list[Output] = []
+        for kind, text in pieces:
+            if kind == "reasoning":
+                out.append(("reasoning", text))
+            else:
+                out.extend(self._answer(text, final=False))
+        if final:
+            out.extend(self._answer("", final=True))
+        return out
+
+    def _answer(self, text: str, final: bool) -> list[Output]:
+        if self._calls is None:
+            return [TextPiece(text)] if text else []
+        pieces: list[Output] = list(self._calls.feed(text)) if text else []
+        if final:
+            pieces.extend(self._calls.finish())
+        return pieces
