@@ -21,6 +21,8 @@ from codexgate.translate.think import ThinkSplitter
 Reasoning: TypeAlias = tuple[Literal["reasoning"], str]
 Output: TypeAlias = Reasoning | TextPiece | CallPiece
 
+_THINK_PROBE_CHARS = 16  # "\n</think>\n\n" and the like
+
 
 class ContentStage:
     def __init__(
@@ -32,7 +34,12 @@ class ContentStage:
         counts: Counter[str] | None = None,
     ) -> None:
         """Raises ValueError for an unknown `text_calls` mode."""
-        self._think = None if think == "off" else ThinkSplitter(think == "start_inside", counts=counts)
+        # In auto mode the splitter holds the start of every answer while it looks for a stray
+        # closing tag (a block the template opened). Only short or empty blocks can be caught
+        # that way, so a short probe: every plain answer waits for it before its first text.
+        self._think = None
+        if think != "off":
+            self._think = ThinkSplitter(think == "start_inside", counts=counts, probe_chars=_THINK_PROBE_CHARS)
         self._calls = None
         if text_calls != "off" and tool_schemas:
             self._calls = TextToolCallParser(tool_schemas, text_calls, counts)
