@@ -39,7 +39,9 @@ class ContentStage:
         # that way, so a short probe: every plain answer waits for it before its first text.
         self._think = None
         if think != "off":
-            self._think = ThinkSplitter(think == "start_inside", counts=counts, probe_chars=_THINK_PROBE_CHARS)
+            self._think = ThinkSplitter(
+                think == "start_inside", counts=counts, probe_chars=_THINK_PROBE_CHARS
+            )
         self._calls = None
         if text_calls != "off" and tool_schemas:
             self._calls = TextToolCallParser(tool_schemas, text_calls, counts)
