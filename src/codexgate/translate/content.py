@@ -21,7 +21,7 @@ from codexgate.translate.think import ThinkSplitter
 Reasoning: TypeAlias = tuple[Literal["reasoning"], str]
 Output: TypeAlias = Reasoning | TextPiece | CallPiece
 
-_THINK_PROBE_CHARS = 16  # "\n</think>\n\n" and the like
+_THINK_PROBE_CHARS = 1  # a closing tag counts only as the first thing in the answer
 
 
 class ContentStage:
@@ -34,9 +34,10 @@ class ContentStage:
         counts: Counter[str] | None = None,
     ) -> None:
         """Raises ValueError for an unknown `text_calls` mode."""
-        # In auto mode the splitter holds the start of every answer while it looks for a stray
-        # closing tag (a block the template opened). Only short or empty blocks can be caught
-        # that way, so a short probe: every plain answer waits for it before its first text.
+        # In auto mode the splitter holds the start of an answer while it looks for a stray
+        # closing tag (a block the template opened, e.g. "</think>\n\nanswer"). Looking only at
+        # the very start keeps plain answers from waiting: long implicit reasoning needs
+        # think_tags = "start_inside" anyway.
         self._think = None
         if think != "off":
             self._think = ThinkSplitter(

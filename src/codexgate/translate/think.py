@@ -61,6 +61,7 @@ _State = Literal["probe", "reasoning", "after_close", "answer"]
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _NEWLINES = "\r\n"
+_TAG_STARTS = ("<", "◁")  # every closing tag begins with one of these
 
 
 def _lower(text: str) -> str:
@@ -313,11 +314,16 @@ class ThinkSplitter:
         return "".join(parts)
 
     def _watch_late_close(self, text: str) -> None:
+        # On the hot path of every answer chunk: skip chunks that cannot hold or end a tag.
         if not text or not self._implicit_closes:
+            return
+        if not self._late_tail and not any(c in text for c in _TAG_STARTS):
             return
         window = self._late_tail + _lower(text)
         if _find_first(window, self._implicit_closes)[0] != -1:
             self._count("think.late_close")
             self._watch_late = False  # once per message
             return
-        self._late_tail = window[-(max(len(c) for c in self._implicit_closes) - 1) :]
+        tail = window[-(max(len(c) for c in self._implicit_closes) - 1) :]
+        start = max(tail.rfind(c) for c in _TAG_STARTS)
+        self._late_tail = tail[start:] if start != -1 else ""
