@@ -14,7 +14,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -77,6 +77,48 @@ class OnceLog:
             log.warning(message)
 
 
+class _IdleWatchdog:
+    """Fails a wait on the upstream that lasts `idle` seconds.
+
+    One timer per stream that re-arms itself, instead of a timeout object per chunk: on a
+    stream of thousands of small chunks that per-chunk cost was the largest asyncio overhead."""
+
+    def __init__(self, idle: float) -> None:
+        self._idle = idle
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._since: float | None = None  # when the current wait began; None: not waiting
+        self._fired = False
+        self._handle = self._loop.call_later(idle, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self._since
+        if since is not None and now - since >= self._idle and self._task is not None:
+            self._fired = True
+            self._task.cancel()
+            return
+        self._handle = self._loop.call_at((since if since is not None else now) + self._idle, self._check)
+
+    async def wait(self, step: Awaitable[bytes]) -> bytes:
+        """Raises UpstreamTimeout when the wait outlasts the idle limit."""
+        self._since = self._loop.time()
+        try:
+            return await step
+        except asyncio.CancelledError:
+            if self._fired and self._task is not None:
+                self._task.uncancel()
+                raise UpstreamTimeout(
+                    f"The upstream sent nothing for {self._idle:g} seconds (idle timeout)."
+                ) from None
+            raise
+        finally:
+            self._since = None
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
 class ChatCall:
     """One request to a chat upstream, from `open()` to the last event."""
 
@@ -112,6 +154,7 @@ class ChatCall:
             counts=backend.counts,
         )
         self._response: UpstreamResponse | None = None
+        self._watchdog: _IdleWatchdog | None = None
 
     async def open(self) -> None:
         """Send the request. Raises GatewayError (already classified) if the upstream refuses."""
@@ -124,6 +167,7 @@ class ChatCall:
                 response = await self._open_once(url, headers)
                 if response.status == 200:
                     self._response = response
+                    self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
                     return
                 error = await self._error_from(response)
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
@@ -184,6 +228,8 @@ class ChatCall:
             log.exception("unexpected error while streaming")
             yield translator.fail(GatewayError(f"internal gateway error: {type(exc).__name__}"))
         finally:
+            if self._watchdog is not None:
+                self._watchdog.close()
             await response.aclose()
 
     async def _translate(self, response: UpstreamResponse) -> AsyncIterator[list[Event]]:
@@ -232,12 +278,11 @@ class ChatCall:
     async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes:
         """The next upstream bytes. Only this wait counts as upstream idleness: time the client
         takes to read what was already sent does not. Raises StopAsyncIteration at EOF."""
-        idle = self._target.idle_timeout
+        watchdog = self._watchdog
+        if watchdog is None:
+            watchdog = self._watchdog = _IdleWatchdog(self._target.idle_timeout)
         try:
-            async with asyncio.timeout(idle):
-                return await anext(chunks)
-        except TimeoutError:
-            raise UpstreamTimeout(f"The upstream sent nothing for {idle:g} seconds (idle timeout).") from None
+            return await watchdog.wait(anext(chunks))
         except UpstreamConnectError as exc:
             log.info("upstream %s: %s", self._target.name, exc.message)
             raise UpstreamStreamCut("The upstream connection broke before the model finished.") from None
