@@ -1,0 +1,166 @@
+"""The load generator: an aiohttp client (keep-alive pool, TCP_NODELAY) reading SSE streams with
+as little parsing as possible: events are counted by their blank-line terminators, the first
+text delta and the end of the stream are found by byte markers.
+
+Two kinds of stream, read the same way:
+* `gateway`: POST /v1/responses; first delta = `event: response.output_text.delta`; success =
+  `event: response.completed` was received.
+* `direct`: POST /chat/completions straight to the fake upstream; first delta = the first
+  chunk with `"delta":{"content":"..."}` (the role chunk has `"content":""`); success = `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+GATEWAY = "gateway"
+DIRECT = "direct"
+
+_MARKERS = {
+    GATEWAY: (b"event: response.output_text.delta\n", b"event: response.completed\n"),
+    DIRECT: (b'"delta":{"content":"', b"data: [DONE]"),
+}
+_CARRY = 48
+
+
+@dataclass(slots=True)
+class StreamResult:
+    ok: bool = False
+    status: int = 0
+    ttfb: float = 0.0  # seconds from sending to the first body byte
+    first_delta: float = 0.0  # to the first text delta
+    total: float = 0.0  # to the end of the body
+    events: int = 0
+    nbytes: int = 0
+    reads: int = 0
+    error: str = ""
+
+
+def new_session(limit: int = 2000) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False, keepalive_timeout=120)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+
+
+async def stream_once(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    kind: str,
+    *,
+    on_open: Callable[[], None] | None = None,
+    on_close: Callable[[], None] | None = None,
+) -> StreamResult:
+    first_marker, end_marker = _MARKERS[kind]
+    if kind == DIRECT:
+        # `"delta":{"content":""` is the role chunk's shape only when content comes first; the
+        # fake upstream's text chunks are `"delta":{"content":"<non-empty>"`.
+        first_marker_empty = first_marker + b'"'
+    else:
+        first_marker_empty = b""
+    res = StreamResult()
+    perf = time.perf_counter
+    t0 = perf()
+    opened = False
+    try:
+        async with session.post(url, data=body, headers=_HEADERS) as resp:
+            res.status = resp.status
+            if on_open is not None:
+                on_open()
+                opened = True
+            carry = b""
+            prev_nl = False
+            found_first = False
+            found_end = False
+            async for chunk in resp.content.iter_any():
+                now = perf()
+                if not res.reads:
+                    res.ttfb = now - t0
+                res.reads += 1
+                res.nbytes += len(chunk)
+                res.events += chunk.count(b"\n\n") + (1 if prev_nl and chunk[:1] == b"\n" else 0)
+                prev_nl = chunk[-1:] == b"\n"
+                if not (found_first and found_end):
+                    window = carry + chunk if carry else chunk
+                    if not found_first:
+                        pos = window.find(first_marker)
+                        while pos >= 0 and first_marker_empty and window.startswith(first_marker_empty, pos):
+                            pos = window.find(first_marker, pos + 1)
+                        if pos >= 0:
+                            found_first = True
+                            res.first_delta = now - t0
+                    if not found_end and end_marker in window:
+                        found_end = True
+                    carry = window[-_CARRY:]
+            res.total = perf() - t0
+            res.ok = resp.status == 200 and found_end and found_first
+            if not res.ok and not res.error:
+                res.error = f"status {resp.status}" if resp.status != 200 else "no terminal marker"
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+        res.total = perf() - t0
+    finally:
+        if opened and on_close is not None:
+            on_close()
+    return res
+
+
+@dataclass
+class LoadResult:
+    results: list[StreamResult] = field(default_factory=list)
+    wall: float = 0.0
+
+    @property
+    def ok(self) -> int:
+        return sum(r.ok for r in self.results)
+
+    @property
+    def failed(self) -> int:
+        return len(self.results) - self.ok
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.results)
+
+    def first_error(self) -> str:
+        return next((r.error for r in self.results if not r.ok), "")
+
+
+async def run_load(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    kind: str,
+    *,
+    concurrency: int,
+    max_streams: int,
+    max_seconds: float,
+) -> LoadResult:
+    """`concurrency` workers, each running streams back to back, until `max_streams` were
+    started or `max_seconds` passed (streams in flight then finish)."""
+    out = LoadResult()
+    started = 0
+    deadline = time.perf_counter() + max_seconds
+
+    async def worker() -> None:
+        nonlocal started
+        while started < max_streams and time.perf_counter() < deadline:
+            started += 1
+            out.results.append(await stream_once(session, url, body, kind))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    out.wall = time.perf_counter() - t0
+    return out

@@ -1,0 +1,1068 @@
+"""codexgate benchmark: the gateway against the same fake upstream talked to directly.
+
+    uv run python bench/run.py            # full, ~3-4 minutes
+    uv run python bench/run.py --quick    # ~1 minute
+    uv run python bench/run.py --profile  # also: py-spy profile of the gateway under load
+
+See bench/README.md for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for _p in (str(ROOT), str(ROOT / "bench")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import libs  # noqa: E402
+import orjson  # noqa: E402
+import procs as procs_module  # noqa: E402
+import uvloop  # noqa: E402
+from client import DIRECT, GATEWAY, LoadResult, StreamResult, new_session, run_load, stream_once  # noqa: E402
+from procs import (  # noqa: E402
+    ForeignLoad,
+    Proc,
+    Processes,
+    clean_env,
+    cpu_seconds,
+    free_port,
+    get_bytes,
+    get_json,
+    mem_status,
+    reset_hwm,
+    set_affinity,
+    wait_http,
+)
+from workload import Scenario, codex_request  # noqa: E402
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    c1_requests: int
+    c1_streamed: int
+    c64_streams: int
+    c64_seconds: float
+    paced_seconds: float
+    mem_streams: int
+    mem_chunks: int
+    big_requests: int
+    server_streams: int
+
+    @classmethod
+    def make(cls, quick: bool) -> Plan:
+        if quick:
+            return cls(True, 100, 40, 600, 8.0, 3.0, 500, 30, 12, 300)
+        return cls(False, 300, 200, 3000, 25.0, 8.0, 500, 100, 50, 1000)
+
+
+TYPICAL = Scenario("text", 100, 4, 0)  # a 100-delta answer, sent back to back ("burst")
+STREAMED = Scenario("text", 50, 4, 1, 5)  # 5 ms "prefill", then 50 deltas 1 ms apart, as a model streams
+PACED = Scenario("text", 100, 4, 10)  # 100 deltas, one every 10 ms
+BIG = Scenario("tool", 100, 4, 1, 5)  # after a 1 MB history: prefill, 100 deltas 1 ms apart, a shell call
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def codexgate_argv(port: int, upstream: str) -> list[str]:
+    script = Path(sys.executable).parent / "codexgate"
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "codexgate.cli"]
+    return head + [
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--no-discover",
+        "--log-level",
+        "warning",
+    ]
+
+
+def start_gateway(
+    procs: Processes, upstream: str, name: str = "gateway", argv: list[str] | None = None
+) -> tuple[Proc, str]:
+    port = free_port()
+    if argv is None:
+        argv = codexgate_argv(port, upstream)
+    else:
+        argv = argv + ["--port", str(port), "--upstream", upstream]
+    proc = procs.start(name, argv)
+    base = f"http://127.0.0.1:{port}"
+    wait_http(proc, base + "/healthz")
+    return proc, base
+
+
+# -- sections --------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self, plan: Plan, procs: Processes, up_proc: Proc, up_base: str, gw_proc: Proc, gw_base: str
+    ) -> None:
+        self.plan = plan
+        self.procs = procs
+        self.up_proc, self.up_base = up_proc, up_base
+        self.gw_proc, self.gw_base = gw_proc, gw_base
+        self.up_v1 = up_base + "/v1"
+        self.gw_url = gw_base + "/v1/responses"
+        self.up_url = self.up_v1 + "/chat/completions"
+        self.typical_req = codex_request(TYPICAL)
+        self.bodies: dict[str, tuple[bytes, bytes]] = {}
+        self.captured: dict[int, tuple[str, bytes]] = {}
+        self.r: dict[str, Any] = {}
+        self.cpus = sorted(os.sched_getaffinity(0))
+        self.workdir = Path(tempfile.mkdtemp(prefix="bench-"))  # removed at the end, even on a signal
+        procs.paths.append(str(self.workdir))
+        self.pinned = ""
+
+    def pin(self, on: bool) -> None:
+        """For the latency sections: the fake upstream on its own CPU, so that it never holds the
+        CPU the gateway needs (on a 2-CPU machine the scheduler otherwise often wakes the gateway
+        on the upstream's CPU and lets it wait until the upstream's burst is sent, which says
+        nothing about the gateway); the gateway and this client on the other CPU(s)."""
+        cpus = self.cpus
+        if on and len(cpus) >= 2:
+            up, gw, me = {cpus[0]}, {cpus[1]}, {cpus[2] if len(cpus) > 2 else cpus[1]}
+            self.pinned = f"fake upstream on CPU {cpus[0]}, gateway on {cpus[1]}, client on {min(me)}"
+        else:
+            up = gw = me = set(cpus)
+            self.pinned = ""
+        for pid, mask in ((self.up_proc.pid, up), (self.gw_proc.pid, gw), (0, me)):
+            try:
+                set_affinity(pid, mask)
+            except OSError:
+                pass
+
+    def bodies_for(self, sc: Scenario, history_bytes: int = 0) -> tuple[bytes, bytes]:
+        """(Responses body for the gateway, the chat body the gateway sends upstream for it).
+        The chat body is the one captured by `prepare` with the model name swapped."""
+        key = f"{sc.model}/{history_bytes}"
+        if key not in self.bodies:
+            req = orjson.dumps(codex_request(sc, history_bytes=history_bytes))
+            model, chat = self.captured[history_bytes]
+            old, new = b'"model":' + orjson.dumps(model), b'"model":' + orjson.dumps(sc.model)
+            if chat.count(old) != 1:
+                raise RuntimeError(f"cannot find the model name once in the captured chat body ({model})")
+            self.bodies[key] = (req, chat.replace(old, new))
+        return self.bodies[key]
+
+    def up_stats(self) -> dict[str, Any]:
+        return get_json(self.up_base + "/bench/stats")
+
+    async def prepare(self, session: Any) -> None:
+        """Capture the chat body the gateway sends upstream for the typical and the 1 MB
+        request (the direct client sends exactly that), then check one stream each way."""
+        out = {}
+        for label, sc, hist in (("typical", TYPICAL, 0), ("1MB", BIG, 1_000_000)):
+            gw_body = orjson.dumps(codex_request(sc, history_bytes=hist))
+            r1 = await stream_once(session, self.gw_url, gw_body, GATEWAY)
+            seen_gw = get_json(self.up_base + "/bench/last")
+            self.captured[hist] = (sc.model, get_bytes(self.up_base + "/bench/last-body"))
+            gw_body, chat = self.bodies_for(sc, hist)
+            r2 = await stream_once(session, self.up_url, chat, DIRECT)
+            seen_direct = get_json(self.up_base + "/bench/last")
+            if not (r1.ok and r2.ok):
+                raise RuntimeError(f"warm-up request failed: gateway {r1.error!r}, direct {r2.error!r}")
+            out[label] = {
+                "same": seen_gw == seen_direct,
+                "responses_bytes": len(gw_body),
+                "chat_bytes": len(chat),
+                "gw_events": r1.events,
+                "expected_gw_events": sc.gateway_events(),
+                "direct_events": r2.events,
+                "expected_direct_events": sc.upstream_events(),
+            }
+        self.r["equivalence"] = out
+
+    async def latency(self, session: Any, key: str, sc: Scenario, history: int, n: int, warmup: int) -> None:
+        gw_body, chat = self.bodies_for(sc, history)
+        gw: list[StreamResult] = []
+        direct: list[StreamResult] = []
+        for i in range(warmup + n):
+            # alternate which path goes first so neither always follows the other
+            order = ((GATEWAY, self.gw_url, gw_body, gw), (DIRECT, self.up_url, chat, direct))
+            for kind, url, body, sink in order if i % 2 else order[::-1]:
+                res = await stream_once(session, url, body, kind)
+                if i >= warmup:
+                    sink.append(res)
+        out: dict[str, Any] = {
+            "n": n,
+            "failed_gw": sum(not r.ok for r in gw),
+            "failed_direct": sum(not r.ok for r in direct),
+            "error": next((r.error for r in gw + direct if not r.ok), ""),
+            "responses_bytes": len(gw_body),
+            "chat_bytes": len(chat),
+        }
+        for metric in ("ttfb", "first_delta", "total"):
+            g = [getattr(r, metric) * 1e3 for r in gw if r.ok]
+            d = [getattr(r, metric) * 1e3 for r in direct if r.ok]
+            for q, qn in ((0.5, "p50"), (0.9, "p90")):
+                out[f"{metric}_{qn}_gw"] = pct(g, q)
+                out[f"{metric}_{qn}_direct"] = pct(d, q)
+                out[f"{metric}_{qn}_added"] = pct(g, q) - pct(d, q)
+        self.r[key] = out
+
+    async def load(
+        self,
+        session: Any,
+        key: str,
+        kind: str,
+        sc: Scenario,
+        *,
+        streams: int,
+        seconds: float,
+        concurrency: int = 64,
+        gw_proc: Proc | None = None,
+        gw_url: str | None = None,
+    ) -> None:
+        gw_body, chat = self.bodies_for(sc)
+        url, body = (gw_url or self.gw_url, gw_body) if kind == GATEWAY else (self.up_url, chat)
+        gw_proc = gw_proc or self.gw_proc
+        # warm the pools (connections on both hops) outside the measurement
+        await run_load(
+            session, url, body, kind, concurrency=concurrency, max_streams=concurrency, max_seconds=30
+        )
+        await asyncio.sleep(0.3)
+        gc.collect()
+        s0 = self.up_stats()
+        up0, gw0, me0 = cpu_seconds(self.up_proc.pid), cpu_seconds(gw_proc.pid), time.process_time()
+        res: LoadResult = await run_load(
+            session, url, body, kind, concurrency=concurrency, max_streams=streams, max_seconds=seconds
+        )
+        await asyncio.sleep(0.2)  # the gateway drains [DONE] after the terminal event
+        up1, gw1, me1 = cpu_seconds(self.up_proc.pid), cpu_seconds(gw_proc.pid), time.process_time()
+        s1 = self.up_stats()
+        up_events = s1["events"] - s0["events"]
+        expected = sc.gateway_events() if kind == GATEWAY else sc.upstream_events()
+        out = {
+            "streams": len(res.results),
+            "ok": res.ok,
+            "failed": res.failed,
+            "error": res.first_error(),
+            "wall_s": res.wall,
+            "streams_per_s": res.ok / res.wall if res.wall else 0.0,
+            "events": res.events,
+            "expected_events": expected * len(res.results),
+            "events_per_s": res.events / res.wall if res.wall else 0.0,
+            "up_events": up_events,
+            "up_cpu_s": up1 - up0,
+            "up_us_per_event": (up1 - up0) / up_events * 1e6 if up_events else float("nan"),
+            "client_us_per_event": (me1 - me0) / res.events * 1e6 if res.events else float("nan"),
+            "reads_per_stream": sum(r.reads for r in res.results) / max(1, len(res.results)),
+        }
+        if kind == GATEWAY:
+            out["gw_cpu_s"] = gw1 - gw0
+            out["gw_us_per_event"] = (gw1 - gw0) / res.events * 1e6 if res.events else float("nan")
+            out["gw_us_per_up_event"] = (gw1 - gw0) / up_events * 1e6 if up_events else float("nan")
+            out["gw_ms_per_stream"] = (gw1 - gw0) / max(1, res.ok) * 1e3
+            out["gw_cores"] = (gw1 - gw0) / res.wall if res.wall else 0.0
+        self.r[key] = out
+
+    async def memory(self, session: Any) -> None:
+        """A fresh gateway holding `mem_streams` slow streams at once."""
+        plan = self.plan
+        sc = Scenario("text", plan.mem_chunks, 4, 50)
+        proc, base = start_gateway(self.procs, self.up_v1, name="gateway-mem")
+        try:
+            url = base + "/v1/responses"
+            gw_body, _ = self.bodies_for(sc)
+            warm_body, _ = self.bodies_for(TYPICAL)
+            for _ in range(5):
+                await stream_once(session, url, warm_body, GATEWAY)
+            gc.collect()
+            await asyncio.sleep(1.0)
+            idle = mem_status(proc.pid)
+            reset_ok = reset_hwm(proc.pid)
+            after_reset = mem_status(proc.pid)
+            open_now = 0
+            max_open = 0
+            samples: list[int] = []
+
+            def on_open() -> None:
+                nonlocal open_now, max_open
+                open_now += 1
+                max_open = max(max_open, open_now)
+
+            def on_close() -> None:
+                nonlocal open_now
+                open_now -= 1
+
+            async def sampler() -> None:
+                while True:
+                    samples.append(mem_status(proc.pid).get("VmRSS", 0))
+                    await asyncio.sleep(0.1)
+
+            sampling = asyncio.create_task(sampler())
+            c0 = cpu_seconds(proc.pid)
+            t0 = time.perf_counter()
+            results = await asyncio.gather(
+                *(
+                    stream_once(session, url, gw_body, GATEWAY, on_open=on_open, on_close=on_close)
+                    for _ in range(plan.mem_streams)
+                )
+            )
+            wall = time.perf_counter() - t0
+            cpu = cpu_seconds(proc.pid) - c0
+            sampling.cancel()
+            peak = mem_status(proc.pid)
+            await asyncio.sleep(1.0)
+            gc.collect()
+            after = mem_status(proc.pid)
+            events = sum(r.events for r in results)
+            ok = sum(r.ok for r in results)
+            self.r["memory"] = {
+                "streams": plan.mem_streams,
+                "ok": ok,
+                "failed": plan.mem_streams - ok,
+                "error": next((r.error for r in results if not r.ok), ""),
+                "chunks": sc.chunks,
+                "delay_ms": sc.delay_ms,
+                "max_open": max_open,
+                "wall_s": wall,
+                "min_stream_s": min(r.total for r in results),
+                "idle_rss": idle.get("VmRSS", 0),
+                "hwm_reset": reset_ok,
+                "hwm_base": after_reset.get("VmHWM", 0),
+                "peak_hwm": peak.get("VmHWM", 0),
+                "peak_sampled": max(samples, default=0),
+                "after_rss": after.get("VmRSS", 0),
+                "gw_us_per_event": cpu / events * 1e6 if events else float("nan"),
+                "events": events,
+                "request_bytes": len(gw_body),
+            }
+        finally:
+            self.procs.stop(proc)
+
+    async def servers(self, session: Any) -> None:
+        """The same app under other uvicorn parsers / loops (bench/gateway_server.py)."""
+        out = {}
+        variants = (("httptools", "uvloop"), ("h11", "uvloop"), ("httptools", "asyncio"))
+        for http, loop in variants:
+            argv = [sys.executable, str(ROOT / "bench" / "gateway_server.py"), "--http", http, "--loop", loop]
+            proc, base = start_gateway(self.procs, self.up_v1, name=f"gw-{http}-{loop}", argv=argv)
+            try:
+                url = base + "/v1/responses"
+                await self.load(
+                    session,
+                    "_srv_sat",
+                    GATEWAY,
+                    TYPICAL,
+                    streams=self.plan.server_streams,
+                    seconds=self.plan.c64_seconds,
+                    gw_proc=proc,
+                    gw_url=url,
+                )
+                await self.load(
+                    session,
+                    "_srv_paced",
+                    GATEWAY,
+                    PACED,
+                    streams=10**9,
+                    seconds=self.plan.paced_seconds,
+                    gw_proc=proc,
+                    gw_url=url,
+                )
+                out[f"{http}+{loop}"] = {
+                    "saturated": self.r.pop("_srv_sat"),
+                    "paced": self.r.pop("_srv_paced"),
+                }
+            finally:
+                self.procs.stop(proc)
+        self.r["servers"] = out
+
+    async def profile(self, session: Any, seconds: float) -> None:
+        """py-spy on the main gateway under c=64 load, saturated then paced (separate runs, not
+        part of the measurements above: sampling pauses the process)."""
+        uv = shutil.which("uv")
+        if uv is None:
+            self.r["profile"] = {"error": "uv not found"}
+            return
+        out: dict[str, Any] = {}
+        for label, sc in (("saturated", TYPICAL), ("paced", PACED)):
+            out_file = self.workdir / f"pyspy-{label}.txt"
+            gw_body, _ = self.bodies_for(sc)
+            argv = [
+                uv,
+                "run",
+                "--no-sync",
+                "--with",
+                "py-spy",
+                "py-spy",
+                "record",
+                "--pid",
+                str(self.gw_proc.pid),
+                "--rate",
+                "250",
+                "--duration",
+                str(int(seconds)),
+                "--format",
+                "raw",
+                "--nolineno",
+                "-o",
+                str(out_file),
+            ]
+            spy = self.procs.start("py-spy", argv, env=dict(os.environ))
+            try:
+                load = asyncio.create_task(
+                    run_load(
+                        session,
+                        self.gw_url,
+                        gw_body,
+                        GATEWAY,
+                        concurrency=64,
+                        max_streams=10**9,
+                        max_seconds=seconds + 6,
+                    )
+                )
+                deadline = time.monotonic() + seconds + 60
+                while spy.alive() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                log_tail = spy.log_tail()
+                res = await load
+            finally:
+                self.procs.stop(spy)
+            text = out_file.read_text() if out_file.exists() else ""
+            out[label] = analyse_profile(text) | {
+                "streams": res.ok,
+                "failed": res.failed,
+                "log": log_tail if not text else "",
+            }
+        self.r["profile"] = out
+
+
+# -- profile analysis ------------------------------------------------------------------------
+
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*)\)$")
+_LOOP = "Runner.run (asyncio/runners.py)"  # with uvloop: time in the loop's C code and syscalls
+
+
+def _area(path: str) -> str:
+    if path.startswith("codexgate") or "/codexgate/" in path:
+        return "codexgate"
+    head = path.split("/", 1)[0]
+    return head if head in ("aiohttp", "uvicorn", "asyncio", "yarl", "multidict", "uuid.py") else "other"
+
+
+def analyse_profile(text: str) -> dict[str, Any]:
+    total = 0
+    self_ct: Counter[str] = Counter()
+    incl_ct: Counter[str] = Counter()
+    area_ct: Counter[str] = Counter()
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = []
+        for raw in stack.split(";"):
+            m = _FRAME.match(raw)
+            frames.append((m["func"], m["file"]) if m else (raw, ""))
+        func, path = frames[-1]
+        leaf = f"{func} ({path})"
+        self_ct[leaf] += n
+        area = "event loop C code + syscalls (uvloop)" if leaf == _LOOP else _area(path)
+        if area == "uvicorn" and func == "RequestResponseCycle.send":
+            area = "uvicorn send (incl. socket write)"
+        area_ct[area] += n
+        for f, p in {(f, p) for f, p in frames}:
+            if _area(p) == "codexgate" and f not in ("<module>", "main", "_serve"):
+                incl_ct[f"{f} ({p})"] += n
+    if not total:
+        return {"samples": 0}
+
+    def pc(c: Counter[str], k: int = 14) -> list[tuple[str, float]]:
+        return [(name, v / total * 100) for name, v in c.most_common(k)]
+
+    codexgate_self = Counter({k: v for k, v in self_ct.items() if k.split("(")[-1].startswith("codexgate")})
+    return {
+        "samples": total,
+        "top_self": pc(self_ct, 12),
+        "codexgate_self": pc(codexgate_self, 10),
+        "codexgate_inclusive": pc(incl_ct, 16),
+        "areas": pc(area_ct, 10),
+    }
+
+
+def libs_subprocess(what: str, bodies: Path, quick: bool, with_msgspec: bool = False) -> dict[str, Any]:
+    """`bench/libs.py <what>` in a fresh process (one JSON line out); for JSON, with msgspec
+    added by `uv run --with msgspec` (nothing in the project changes), else without it."""
+    argv_base = [str(ROOT / "bench" / "libs.py"), what, str(bodies)] + (["--quick"] if quick else [])
+    uv = shutil.which("uv")
+    attempts = []
+    if uv and with_msgspec:
+        attempts.append([uv, "run", "--no-sync", "--with", "msgspec", "python"] + argv_base)
+    attempts.append([sys.executable] + argv_base)
+    last = ""
+    for argv in attempts:
+        try:
+            done = subprocess.run(
+                argv, cwd=ROOT, capture_output=True, timeout=240, stdin=subprocess.DEVNULL, env=clean_env()
+            )
+        except subprocess.TimeoutExpired:
+            last = "timed out"
+            continue
+        if done.returncode == 0:
+            return orjson.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        last = done.stderr.decode(errors="replace")[-500:]
+    return {"error": last}
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def f(x: Any, unit: str = "", digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}{unit}"
+    return f"{x}{unit}"
+
+
+def verdict(ok: bool | None) -> str:
+    return "" if ok is None else ("PASS" if ok else "MISS")
+
+
+def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
+    rows: list[tuple[str, ...]] = []
+    W = (50, 12, 12, 13, 11, 4)
+
+    def head(title: str) -> None:
+        rows.append(("##", title))
+
+    def row(
+        metric: str, gw: str = "", direct: str = "", result: str = "", target: str = "", v: str = ""
+    ) -> None:
+        rows.append((metric, gw, direct, result, target, v))
+
+    def note(text: str) -> None:
+        rows.append(("#", text))
+
+    def err(key: str) -> bool:
+        if key in r.get("_errors", {}):
+            note(f"ERROR in {key}: {r['_errors'][key]}"[:200])
+            return True
+        return key not in r
+
+    def latency_rows(lat: dict[str, Any], target_ms: float, target_label: str) -> None:
+        for metric, label in (
+            ("ttfb", "time to first byte"),
+            ("first_delta", "time to first text delta"),
+            ("total", "total time"),
+        ):
+            for q in ("p50", "p90"):
+                target, v = "", ""
+                if metric == "first_delta":
+                    target = target_label
+                    v = verdict(lat[f"{metric}_{q}_added"] <= target_ms)
+                row(
+                    f"{label} {q} (ms)",
+                    f(lat[f"{metric}_{q}_gw"], digits=3),
+                    f(lat[f"{metric}_{q}_direct"], digits=3),
+                    "+" + f(lat[f"{metric}_{q}_added"], digits=3),
+                    target,
+                    v,
+                )
+        row("failed requests (of each path)", f(lat["failed_gw"]), f(lat["failed_direct"]), lat["error"][:13])
+
+    eq = r.get("equivalence", {})
+    typ_bytes = eq.get("typical", {}).get("responses_bytes")
+    head(f"1. Concurrency 1 (typical Codex turn: {f(typ_bytes)} B request). added = gateway - direct")
+    note("pinned: " + r["pinned"] if r.get("pinned") else "processes not pinned to CPUs")
+    if not err("c1s"):
+        note(
+            f"1a. streamed answer: 5 ms prefill, then {STREAMED.chunks} deltas 1 ms apart; "
+            f"{r['c1s']['n']} requests per path"
+        )
+        latency_rows(r["c1s"], 1.5, "<= 1.5 ms")
+    if not err("c1"):
+        note(
+            f"1b. burst answer: {TYPICAL.chunks} deltas back to back (the gateway translates all it read "
+            f"before its first write); {r['c1']['n']} requests per path"
+        )
+        latency_rows(r["c1"], 1.5, "<= 1.5 ms")
+
+    head("2. Concurrency 64. CPU per event = process CPU (utime+stime) / events delivered to clients")
+    sat, dsat, paced = r.get("c64_gw"), r.get("c64_direct"), r.get("c64_paced")
+    if not err("c64_gw"):
+        note(
+            f"2a. saturated: {TYPICAL.chunks}-delta answers back to back, {sat['streams']} streams; "
+            f"direct = client to fake upstream"
+        )
+        row(
+            "streams/s", f(sat["streams_per_s"], digits=1), f(dsat["streams_per_s"], digits=1) if dsat else ""
+        )
+        row(
+            "events/s delivered (Responses / chat)",
+            f(sat["events_per_s"], digits=0),
+            f(dsat["events_per_s"], digits=0) if dsat else "",
+        )
+        row(
+            "gateway CPU per event (us)",
+            f(sat["gw_us_per_event"], digits=1),
+            "",
+            "",
+            "~10 us",
+            verdict(sat["gw_us_per_event"] <= 10.0),
+        )
+        row("gateway CPU per upstream chunk (us)", f(sat["gw_us_per_up_event"], digits=1))
+        row(
+            "gateway CPU per stream (ms) / cores busy",
+            f(sat["gw_ms_per_stream"], digits=2),
+            f(sat["gw_cores"], digits=2),
+        )
+        row(
+            "fake upstream CPU per chunk (us)",
+            f(sat["up_us_per_event"], digits=1),
+            f(dsat["up_us_per_event"], digits=1) if dsat else "",
+        )
+        row(
+            "bench client CPU per event (us)",
+            f(sat["client_us_per_event"], digits=1),
+            f(dsat["client_us_per_event"], digits=1) if dsat else "",
+        )
+        row(
+            "client reads per stream (coalescing)",
+            f(sat["reads_per_stream"], digits=1),
+            f(dsat["reads_per_stream"], digits=1) if dsat else "",
+        )
+        row(
+            "streams ok/failed",
+            f"{sat['ok']}/{sat['failed']}",
+            f"{dsat['ok']}/{dsat['failed']}" if dsat else "",
+        )
+        row(
+            "SSE events per stream (Responses / chat)",
+            f(sat["events"] / max(1, sat["streams"]), digits=1),
+            f(dsat["events"] / max(1, dsat["streams"]), digits=1) if dsat else "",
+        )
+    if not err("c64_paced"):
+        note(
+            f"2b. paced: {PACED.chunks} deltas {PACED.delay_ms:g} ms apart (tokens as a model streams them), "
+            f"{paced['streams']} streams in {plan.paced_seconds:g} s"
+        )
+        row(
+            "gateway CPU per event (us)",
+            f(paced["gw_us_per_event"], digits=1),
+            "",
+            "",
+            "~10 us",
+            verdict(paced["gw_us_per_event"] <= 10.0),
+        )
+        row("gateway CPU per upstream chunk (us)", f(paced["gw_us_per_up_event"], digits=1))
+        row("fake upstream CPU per chunk (us)", f(paced["up_us_per_event"], digits=1))
+        row(
+            "client reads per stream; ok/failed",
+            f(paced["reads_per_stream"], digits=1),
+            "",
+            f"{paced['ok']}/{paced['failed']}",
+        )
+
+    head("3. Memory: a fresh gateway holding slow streams, all open at once")
+    m = r.get("memory")
+    if not err("memory"):
+        note(
+            f"{m['streams']} streams x {m['chunks']} deltas x {m['delay_ms']:g} ms, "
+            f"each a {m['request_bytes']} B "
+            f"Codex request; VmHWM reset after warm-up: {m['hwm_reset']}"
+        )
+        row(
+            "streams completed (response.completed)",
+            f(m["ok"]),
+            "",
+            f"of {m['streams']}",
+            "all 500",
+            verdict(m["ok"] == m["streams"] == 500),
+        )
+        row(
+            "max streams open at once (client side)",
+            f(m["max_open"]),
+            "",
+            "",
+            "500",
+            verdict(m["max_open"] == 500),
+        )
+        row("idle RSS after warm-up (MB)", f(m["idle_rss"] / MB, digits=1))
+        row(
+            "peak RSS, VmHWM (MB)",
+            f(m["peak_hwm"] / MB, digits=1),
+            "",
+            "",
+            "< 150 MB",
+            verdict(m["peak_hwm"] < 150 * MB),
+        )
+        row(
+            "peak minus idle (MB) / per stream",
+            f((m["peak_hwm"] - m["idle_rss"]) / MB, digits=1),
+            "",
+            f((m["peak_hwm"] - m["idle_rss"]) / m["streams"] / 1024, " KB", 1),
+        )
+        row("RSS once all closed (MB)", f(m["after_rss"] / MB, digits=1))
+        row("gateway CPU per event here (us)", f(m["gw_us_per_event"], digits=1))
+
+    big = r.get("big")
+    e1 = eq.get("1MB", {})
+    head(
+        f"4. 1 MB Codex history ({f(e1.get('responses_bytes'))} B Responses body; direct sends the "
+        f"{f(e1.get('chat_bytes'))} B chat body)"
+    )
+    if not err("big"):
+        note(
+            f"answer: 5 ms prefill, {BIG.chunks} deltas 1 ms apart, a shell call; "
+            f"{big['n']} requests per path"
+        )
+        latency_rows(big, 5.0, "< 5 ms")
+    for label, e in eq.items():
+        row(f"direct body == what the gateway sent upstream ({label})", "", "", "yes" if e["same"] else "NO")
+
+    head("5. Libraries, measured in this run")
+    js = r.get("json_libs")
+    if not err("json_libs"):
+        if "error" in js:
+            note("JSON: " + js["error"][:150])
+        else:
+            row(
+                f"JSON (chunk {js['chunk_bytes']} B, event {js['event_bytes']} B, 1 MB)",
+                "dec chunk us",
+                "enc event us",
+                "dec 1MB ms",
+                "enc 1MB ms",
+            )
+            for name, v in js["libs"].items():
+                row(
+                    f"  {name}",
+                    f(v["chunk_decode_us"]),
+                    f(v["event_encode_us"]),
+                    f(v["big_decode_ms"]),
+                    f(v["big_encode_ms"]),
+                )
+            if "msgspec" not in js["libs"]:
+                note("  msgspec: not measured (uv run --with msgspec failed)")
+    hc = r.get("http_clients")
+    if not err("http_clients"):
+        row(
+            f"HTTP client reading SSE ({hc['concurrency']} streams, {hc['delay_ms']:g} ms/chunk)",
+            "aiohttp",
+            "httpx",
+            "fail a/h",
+        )
+        row(
+            "  client CPU per chunk (us)",
+            f(hc["us_per_event"]["aiohttp"], digits=1),
+            f(hc["us_per_event"]["httpx"], digits=1),
+            f"{hc['failures']['aiohttp']}/{hc['failures']['httpx']}",
+        )
+    srv = r.get("servers")
+    if not err("servers"):
+        row("uvicorn server under the gateway (c=64)", "sat us/ev", "sat strm/s", "paced us/ev")
+        for name, sv in srv.items():
+            row(
+                f"  {name}",
+                f(sv["saturated"]["gw_us_per_event"], digits=1),
+                f(sv["saturated"]["streams_per_s"], digits=1),
+                f(sv["paced"]["gw_us_per_event"], digits=1),
+                "",
+                "" if sv["saturated"]["failed"] + sv["paced"]["failed"] == 0 else "FAIL",
+            )
+    pipe = r.get("pipeline")
+    if not err("pipeline"):
+        if "error" in pipe:
+            note("pipeline: " + pipe["error"][:150])
+        else:
+            note("codexgate's own Python, in a fresh process, no I/O (the floor under section 2):")
+            st = pipe["stream"]
+            if "error" in st:
+                note("  per-chunk floor: " + st["error"][:150])
+            else:
+                row("  per upstream chunk, decode..encode (us)", f(st["per_upstream_event_us"], digits=2))
+                row("  per Responses event (us)", f(st["per_gateway_event_us"], digits=2))
+                row(
+                    "  per stream: call setup / 104 chunks (us)",
+                    f(st["call_setup_us"], digits=0),
+                    f(st["per_stream_us"], digits=0),
+                )
+            for label, key in (("typical", "prep_typical"), ("1 MB", "prep_big")):
+                p = pipe[key]
+                if "error" in p:
+                    note(f"  request {label}: " + p["error"][:150])
+                    continue
+                row(
+                    f"  request {label} (ms): total/decode/valid.",
+                    f(p["total_ms"], digits=3),
+                    f(p["decode_ms"], digits=3),
+                    f(p["validate_ms"], digits=3),
+                )
+                row(
+                    "    chat call (translate+encode+setup) / encode",
+                    f(p["call_ms"], digits=3),
+                    f(p["encode_ms"], digits=3),
+                )
+            lb = pipe["loopback"]
+            row(
+                "  kernel: 250 B loopback send() burst/paced us",
+                f(lb["burst_us"], digits=1),
+                f(lb["paced_us"], digits=1),
+            )
+
+    prof = r.get("profile")
+    if prof:
+        for label, pr in prof.items():
+            if "top_self" not in pr:
+                head(f"Profile ({label}): " + str(pr.get("error") or pr.get("log") or "no samples")[:200])
+                continue
+            head(
+                f"Profile, py-spy, gateway at c=64 {label} ({pr['samples']} samples, {pr['streams']} streams)"
+            )
+            row("time by where the leaf frame is", "% samples")
+            for k, v in pr["areas"]:
+                row(f"  {k}", f(v, "%", 1))
+            row("hottest functions (self)", "% samples")
+            for k, v in pr["top_self"]:
+                row(f"  {k}", f(v, "%", 1))
+            row("codexgate functions (inclusive)", "% samples")
+            for k, v in pr["codexgate_inclusive"]:
+                row(f"  {k}", f(v, "%", 1))
+            row("codexgate functions (self)", "% samples")
+            for k, v in pr["codexgate_self"]:
+                row(f"  {k}", f(v, "%", 1))
+
+    busy = {k: v for k, v in r.get("_foreign", {}).items() if v >= 0.05}
+    line = "-" * (sum(W) + 2 * (len(W) - 1))
+    print()
+    print(
+        f"codexgate benchmark ({'quick' if plan.quick else 'full'}; {elapsed:.0f} s; {os.cpu_count()} cores; "
+        f"python {sys.version.split()[0]}). Gateway = `codexgate serve` in its own process, "
+        "fake upstream in another,"
+    )
+    print("load generator (aiohttp, uvloop) in this one; all on loopback.")
+    print(r.get("source", ""))
+    if busy:
+        print(
+            "WARNING: other processes used CPU during the run (average cores, by section): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in busy.items())
+            + ". Those figures are skewed; run again on a quiet machine."
+        )
+    else:
+        print("Other processes on the machine stayed below 0.05 cores in every section.")
+    print(line)
+    print(
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(
+                zip(("metric", "gateway", "direct", "added/result", "target", "ok"), W, strict=True)
+            )
+        )
+    )
+    for rw in rows:
+        if rw[0] == "##":
+            print(line)
+            print(rw[1])
+            continue
+        if rw[0] == "#":
+            print(rw[1])
+            continue
+        cells = list(rw) + [""] * (len(W) - len(rw))
+        metric = cells[0]
+        if len(metric) > W[0]:
+            print(metric)
+            metric = ""
+        print(
+            "  ".join(
+                [metric.ljust(W[0])] + [c.rjust(w) for c, w in zip(cells[1:], W[1:], strict=True)]
+            ).rstrip()
+        )
+    print(line)
+
+
+async def run_all(b: Bench, args: argparse.Namespace) -> None:
+    plan = b.plan
+    errors: dict[str, str] = {}
+    b.r["_errors"] = errors
+    session = new_session()
+
+    foreign: dict[str, float] = {}
+    b.r["_foreign"] = foreign
+
+    async def section(key: str, coro: Any, limit: float) -> None:
+        log(f"{key} ...")
+        t0 = time.monotonic()
+        load = ForeignLoad()
+        try:
+            async with asyncio.timeout(limit):
+                await coro
+        except Exception as exc:  # report and go on: one broken section must not hide the rest
+            errors[key] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        foreign[key] = load.cores()
+        log(f"{key} done in {time.monotonic() - t0:.1f}s (other processes: {foreign[key]:.2f} cores)")
+
+    async def http_clients() -> None:
+        sc = Scenario("text", 100 if plan.quick else 150, 4, 2)
+        b.r["http_clients"] = await libs.http_clients_bench(b.up_v1, b.bodies_for(sc)[1], sc, plan.quick)
+
+    bodies_dir = b.workdir / "bodies"
+    bodies_dir.mkdir()
+
+    async def in_thread(key: str, what: str, with_msgspec: bool) -> None:
+        for name, (gw_body, chat) in (
+            ("typical", b.bodies_for(TYPICAL)),
+            ("big", b.bodies_for(BIG, 1_000_000)),
+        ):
+            (bodies_dir / f"{name}.json").write_bytes(gw_body)
+            (bodies_dir / f"{name}.chat.json").write_bytes(chat)
+        b.r[key] = await asyncio.to_thread(libs_subprocess, what, bodies_dir, plan.quick, with_msgspec)
+
+    try:
+        await section("equivalence", b.prepare(session), 60)
+        if "equivalence" in errors:
+            return  # nothing else can run without the captured bodies
+        b.pin(not args.no_pin)
+        b.r["pinned"] = b.pinned
+        await section("c1s", b.latency(session, "c1s", STREAMED, 0, plan.c1_streamed, 5), 180)
+        await section("c1", b.latency(session, "c1", TYPICAL, 0, plan.c1_requests, 20), 120)
+        await section("big", b.latency(session, "big", BIG, 1_000_000, plan.big_requests, 3), 120)
+        b.pin(False)
+        await section(
+            "c64_direct",
+            b.load(
+                session, "c64_direct", DIRECT, TYPICAL, streams=plan.c64_streams, seconds=plan.c64_seconds
+            ),
+            120,
+        )
+        await section(
+            "c64_gw",
+            b.load(session, "c64_gw", GATEWAY, TYPICAL, streams=plan.c64_streams, seconds=plan.c64_seconds),
+            120,
+        )
+        await section(
+            "c64_paced",
+            b.load(session, "c64_paced", GATEWAY, PACED, streams=10**9, seconds=plan.paced_seconds),
+            120,
+        )
+        await section("memory", b.memory(session), 180)
+        await section("http_clients", http_clients(), 120)
+        if not args.no_servers:
+            await section("servers", b.servers(session), 300)
+        await section("pipeline", in_thread("pipeline", "pipeline", False), 300)
+        await section("json_libs", in_thread("json_libs", "json", True), 300)
+        if args.profile:
+            await section("profile", b.profile(session, 5.0 if plan.quick else 10.0), 240)
+    finally:
+        await session.close()
+        shutil.rmtree(b.workdir, ignore_errors=True)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="~1 minute version")
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile the gateway with py-spy (via uv)"
+    )
+    parser.add_argument("--no-servers", action="store_true", help="skip the uvicorn server comparison")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="do not pin processes to CPUs in sections 1 and 4"
+    )
+    parser.add_argument("--json", type=Path, help="also write the raw results to this file")
+    parser.add_argument(
+        "--src",
+        type=Path,
+        metavar="DIR",
+        help="benchmark the codexgate package in DIR (a src/ folder) instead of the repo's",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to this long for other processes to leave the CPUs alone",
+    )
+    args = parser.parse_args()
+    plan = Plan.make(args.quick)
+    if args.src:
+        src = args.src.resolve()
+        if not (src / "codexgate" / "__init__.py").exists():
+            parser.error(f"{src} has no codexgate package")
+        procs_module.SRC_OVERRIDE = str(src)
+        sys.path.insert(0, str(src))
+    t0 = time.monotonic()
+    deadline = time.monotonic() + args.wait_quiet
+    while True:
+        probe = ForeignLoad()
+        time.sleep(1.0 if not args.wait_quiet else 3.0)
+        cores = probe.cores()
+        if cores < 0.05:
+            break
+        if time.monotonic() >= deadline:
+            log(f"WARNING: other processes are using {cores:.2f} cores; the figures will be skewed")
+            break
+        log(f"other processes are using {cores:.2f} cores; waiting for a quiet machine")
+    with Processes() as procs:
+        up_port = free_port()
+        up_proc = procs.start(
+            "fake-upstream",
+            [sys.executable, str(ROOT / "bench" / "fake_upstream_server.py"), "--port", str(up_port)],
+        )
+        up_base = f"http://127.0.0.1:{up_port}"
+        wait_http(up_proc, up_base + "/bench/stats")
+        gw_proc, gw_base = start_gateway(procs, up_base + "/v1")
+        log(f"fake upstream pid {up_proc.pid} at {up_base}; gateway pid {gw_proc.pid} at {gw_base}")
+        bench = Bench(plan, procs, up_proc, up_base, gw_proc, gw_base)
+        bench.r["source"] = procs_module.source_info()
+        uvloop.run(run_all(bench, args))
+        for proc in (up_proc, gw_proc):
+            if not proc.alive():
+                bench.r["_errors"][proc.name] = f"{proc.name} died: {proc.log_tail(5)}"
+    elapsed = time.monotonic() - t0
+    print_report(bench.r, plan, elapsed)
+    if args.json:
+        args.json.write_text(orjson.dumps(bench.r, option=orjson.OPT_INDENT_2).decode())
+    errors = bench.r.get("_errors", {})
+    failures = sum(
+        bench.r.get(k, {}).get("failed", 0) for k in ("c64_gw", "c64_direct", "c64_paced", "memory")
+    )
+    return 1 if errors or failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
