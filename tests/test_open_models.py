@@ -147,3 +147,29 @@ async def test_an_unrepairable_patch_is_passed_on_unchanged() -> None:
         events = await stream_events(client, request())
     [call] = outputs(events)
     assert call["input"] == "please edit hello.txt"
+
+
+async def test_a_request_that_cannot_fit_the_known_window_is_refused_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[[upstreams]]\nname = "u"\nbase_url = "{UPSTREAM}"\n'
+        '[[models]]\nname = "small"\ncontext_window = 1000\n'
+        '[[models]]\nname = "roomy"\nmodel = "small"\ncontext_window = 8000\n'
+    )
+    fake = FakeUpstream([text_reply("fits")])
+    app = build_app(
+        load_settings({"discover": False}, config, environ={}),
+        transport=ASGIUpstreamTransport(fake),
+        environ={},
+    )
+    history = "word " * 2000  # 10 kB: at least ~1700 tokens by any tokenizer
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        refused = await client.post(
+            "/v1/responses", json={"model": "small", "input": history, "stream": True}
+        )
+        accepted = await stream_events(client, {"model": "roomy", "input": history})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+    assert terminal(accepted)["type"] == "response.completed"
+    assert len(fake.requests) == 1  # only the request that fits went upstream

@@ -63,7 +63,10 @@ def upstream_target(
 def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
     """The upstream's backend with the model's own settings layered on its dialect."""
     dialect = upstream.target.dialect
-    overrides: dict[str, Any] = {"extra_body": {**dialect.extra_body, **model.extra_body}}
+    overrides: dict[str, Any] = {
+        "extra_body": {**dialect.extra_body, **model.extra_body},
+        "context_window": model.context_window,
+    }
     if model.text_tool_calls is not None:
         overrides["text_tool_calls"] = model.text_tool_calls
     if model.think_tags is not None:

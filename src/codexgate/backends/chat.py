@@ -21,6 +21,7 @@ import orjson
 
 from codexgate.backends.transport import Transport, UpstreamResponse
 from codexgate.errors import (
+    ContextLengthExceeded,
     GatewayError,
     Overloaded,
     UpstreamConnectError,
@@ -42,6 +43,7 @@ log = logging.getLogger("codexgate.backend")
 
 _DONE = b"[DONE]"
 _MAX_ERROR_BODY = 64 * 1024
+_MAX_BYTES_PER_TOKEN = 6
 _DRAIN_SECONDS = 2.0  # after the terminal event, how long to wait for [DONE] to keep the connection
 
 
@@ -156,8 +158,22 @@ class ChatCall:
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None
 
+    def _check_fits(self) -> None:
+        """Refuse a request that cannot fit the model's window. The bound is deliberately low
+        (6 bytes a token; tokenizers average 3-4.5 on code and prose, JSON escaping only adds
+        bytes), so only requests that clearly overflow are refused; the rest is the upstream's
+        call."""
+        window = self._target.dialect.context_window
+        lower_bound = len(self._body) // _MAX_BYTES_PER_TOKEN
+        if window and lower_bound > window:
+            raise ContextLengthExceeded(
+                f"This request needs at least {lower_bound} tokens, more than the model's context window "
+                f"of {window} tokens. Compact or shorten the conversation."
+            )
+
     async def open(self) -> None:
         """Send the request. Raises GatewayError (already classified) if the upstream refuses."""
+        self._check_fits()
         target = self._target
         url = target.base_url.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}

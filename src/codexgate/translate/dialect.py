@@ -32,6 +32,9 @@ class ChatDialect:
     # (hermes, qwen3_coder, mistral, llama, deepseek, json) or "off".
     text_tool_calls: str = "auto"
     think_tags: ThinkMode = "auto"
+    # The model's context window when known: a request that cannot fit is refused before it
+    # is sent, instead of being truncated silently by servers with a small default context.
+    context_window: int | None = None
     # merged into every request body (e.g. default sampling for a small model); the client's
     # own values win.
     extra_body: dict[str, Any] = field(default_factory=dict)
