@@ -57,6 +57,7 @@ def upstream_target(
         retry_backoff=settings.retry_backoff,
         max_retry_wait=settings.max_retry_wait,
         models=tuple(upstream.models),
+        learn_context_window=upstream.learn_context_window,
     )
 
 
@@ -72,7 +73,7 @@ def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
     if model.think_tags is not None:
         overrides["think_tags"] = model.think_tags
     target = replace(upstream.target, dialect=replace(dialect, **overrides))
-    return ChatBackend(target, upstream.transport, upstream.once, upstream.counts)
+    return ChatBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.windows)
 
 
 class _LocalServerFinder:

@@ -83,6 +83,7 @@ class ModelSpec:
 
     slug: str
     context_window: int | None
+    window_source: str | None = None  # where the window was learned, for the report
     display_name: str | None = None
     supports_reasoning: bool = False
     supports_images: bool = False

@@ -64,6 +64,9 @@ class UpstreamConfig(_Strict):
     think_tags: ThinkMode = "auto"  # auto | start_inside | off
     extra_body: dict[str, Any] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=list)  # listed by /v1/models when not routed
+    # Ask the server for each model's context window (llama.cpp /props, Ollama /api/show, ...)
+    # so requests that cannot fit are refused instead of silently truncated.
+    learn_context_window: bool = True
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:

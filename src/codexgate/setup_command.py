@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from codexgate.app import upstream_target
+from codexgate.backends.server_info import ContextWindow, fetch_json, model_entries, probe_context_window
 from codexgate.backends.transport import AiohttpTransport
 from codexgate.codex_setup import (
     FALLBACK_BASE_INSTRUCTIONS,
@@ -23,59 +22,64 @@ from codexgate.codex_setup import (
     write_codex_setup,
 )
 from codexgate.config import Settings
-from codexgate.errors import GatewayError
 
-# Fields in which servers report a model's context window in `/v1/models`
-# (vLLM: max_model_len; others: context_length / context_window).
-_WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+_PROBE_TIMEOUT = 5.0
 
 
-async def _upstream_models(settings: Settings) -> list[tuple[str, int | None]]:
-    """(id, context window if the server tells) for every model of the single upstream."""
-    upstreams = settings.all_upstreams()
-    if len(upstreams) != 1:
-        return []
-    target = upstream_target(upstreams[0], settings, os.environ)
+async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str], dict[str, ContextWindow]]:
+    """The single upstream's model list (when needed) and the context window the server reports
+    for each model asked for (vLLM /v1/models, llama.cpp /props, Ollama, LM Studio)."""
+    upstreams = {u.name: u for u in settings.all_upstreams()}
+    routed = {m.name: m for m in settings.models}
     transport = AiohttpTransport()
     try:
-        response = await transport.open(
-            "GET", target.base_url + "/models", dict(target.headers), None, target.connect_timeout
-        )
-        try:
-            body = await asyncio.wait_for(response.read(), target.connect_timeout)
-        finally:
-            await response.aclose()
-    except (GatewayError, TimeoutError):
-        return []
+        listed: list[str] = []
+        if not names and not routed and len(upstreams) == 1:
+            target = upstream_target(next(iter(upstreams.values())), settings, os.environ)
+            status, body = await fetch_json(
+                transport, target.base_url + "/models", target.headers, target.connect_timeout
+            )
+            listed = [e["id"] for e in model_entries(body)] if status == 200 else []
+        chosen = names or list(routed) or listed
+        probes = {}
+        for name in chosen:
+            route = routed.get(name)
+            if route is not None and route.context_window:
+                continue
+            upstream = upstreams.get(route.upstream or "") if route else None
+            upstream = upstream or (next(iter(upstreams.values())) if len(upstreams) == 1 else None)
+            if upstream is None:
+                continue
+            target = upstream_target(upstream, settings, os.environ)
+            model = (route.model if route else None) or name
+            probes[name] = probe_context_window(
+                transport, target.base_url, target.headers, model, _PROBE_TIMEOUT
+            )
+        found = await asyncio.gather(*probes.values())
+        return chosen, {n: w for n, w in zip(probes, found, strict=True) if w is not None}
     finally:
         await transport.aclose()
-    try:
-        data = orjson.loads(body) if response.status == 200 else {}
-    except orjson.JSONDecodeError:
-        return []
-    models: list[tuple[str, int | None]] = []
-    for item in data.get("data", ()) if isinstance(data, dict) else ():
-        if isinstance(item, dict) and isinstance(item.get("id"), str):
-            window = next((item[f] for f in _WINDOW_FIELDS if isinstance(item.get(f), int)), None)
-            models.append((item["id"], window))
-    return models
 
 
 def model_specs(settings: Settings, names: list[str] | None, default_window: int | None) -> list[ModelSpec]:
-    """Specs for the asked names, else the routed models, else the upstream's own list."""
+    """Specs for the asked names, else the routed models, else the upstream's own list. A
+    window given on the command line or in the config wins over the one the server reports."""
     routed = {m.name: m for m in settings.models}
-    discovered: dict[str, int | None] = {}
-    if (not names and not routed) or (names and any(n not in routed for n in names)):
-        discovered = dict(asyncio.run(_upstream_models(settings)))
-    chosen = names or list(routed) or list(discovered)
+    chosen, learned = asyncio.run(_learn(settings, names))
     specs = []
     for name in chosen:
         route = routed.get(name)
-        window = (route.context_window if route else None) or default_window or discovered.get(name)
+        window = (route.context_window if route else None) or default_window
+        source = "configured" if window else None
+        if window is None and name in learned:
+            window, source = learned[name].tokens, learned[name].source
+            if not learned[name].runtime:
+                source += "; the model's trained maximum, the server may run it with less"
         specs.append(
             ModelSpec(
                 slug=name,
                 context_window=window,
+                window_source=source,
                 supports_images=bool(route and route.supports_images),
                 supports_reasoning=bool(route and route.supports_reasoning),
             )
@@ -124,8 +128,10 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
         print(f"codexgate: {exc}", file=sys.stderr)
         return 2
     for spec in specs:
-        window = spec.context_window or "unknown (default used)"
-        print(f"model {spec.slug}: context window {window}")
+        if spec.context_window:
+            print(f"model {spec.slug}: context window {spec.context_window} ({spec.window_source})")
+        else:
+            print(f"model {spec.slug}: context window unknown (default used; pass --context-window)")
     print(f"wrote {result.catalog_path}")
     print(f"wrote {result.config_path}")
     print("Run Codex through the gateway with:")

@@ -168,10 +168,7 @@ def tool_calls_reply(
     """Tool calls `(name, arguments_json[, id])`, streamed as OpenAI does: per call, one delta
     with index, id, type and name (empty arguments), then argument fragments; calls get
     indexes 0, 1, ... in order; finish_reason "tool_calls". Optional text comes first."""
-    tool_calls = tuple(
-        call if isinstance(call, ToolCall) else ToolCall(*call)
-        for call in calls
-    )
+    tool_calls = tuple(call if isinstance(call, ToolCall) else ToolCall(*call) for call in calls)
     return ChatReply(
         text=text,
         reasoning=reasoning,
@@ -185,15 +182,11 @@ def tool_calls_reply(
     )
 
 
-def error_reply(
-    status: int, body: JSON | bytes, headers: Mapping[str, str] | None = None
-) -> ErrorReply:
+def error_reply(status: int, body: JSON | bytes, headers: Mapping[str, str] | None = None) -> ErrorReply:
     return ErrorReply(status=status, body=body, headers=dict(headers or {}))
 
 
-def openai_error(
-    message: str, *, error_type: str = "invalid_request_error", code: str | None = None
-) -> JSON:
+def openai_error(message: str, *, error_type: str = "invalid_request_error", code: str | None = None) -> JSON:
     """An OpenAI-shaped error body, for `error_reply(400, openai_error(...))`."""
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
@@ -224,9 +217,7 @@ def raw_reply(
     delay_between_chunks: float = 0.0,
     cut: bool = False,
 ) -> RawReply:
-    reply = RawReply(
-        chunks=list(chunks), status=status, delay_between_chunks=delay_between_chunks, cut=cut
-    )
+    reply = RawReply(chunks=list(chunks), status=status, delay_between_chunks=delay_between_chunks, cut=cut)
     if headers is not None:
         reply.headers = dict(headers)
     return reply
@@ -316,9 +307,7 @@ def render_stream(reply: ChatReply, request: JSON, completion: _Completion) -> l
             "created": completion.created,
             "model": completion.model,
             "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
         }
         if include_usage:
             payload["usage"] = None  # as OpenAI: null on every chunk but the last
@@ -369,9 +358,7 @@ def render_completion(reply: ChatReply, completion: _Completion) -> JSON:
         "created": completion.created,
         "model": completion.model,
         "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
     }
     if completion.usage is not None:
         body["usage"] = completion.usage.to_json()
@@ -437,7 +424,16 @@ class FakeUpstream:
     problems (also answered as 500s); `remaining`: replies left in a list script.
     """
 
-    def __init__(self, script: Script = (), *, models: Sequence[str] = ("fake-model",)) -> None:
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        models: Sequence[str] = ("fake-model",),
+        model_fields: Mapping[str, JSON] | None = None,
+        endpoints: Mapping[str, JSON] | None = None,
+    ) -> None:
+        """`model_fields`: extra fields per model in `/models` (e.g. vLLM's `max_model_len`);
+        `endpoints`: JSON bodies for server-specific paths (`/props`, `/api/show`), any method."""
         self._responder: Callable[[JSON], Reply] | None = None
         self._queue: deque[Reply] = deque()
         if callable(script):
@@ -445,6 +441,9 @@ class FakeUpstream:
         else:
             self._queue.extend(script)
         self.models = list(models)
+        self.model_fields = dict(model_fields or {})
+        self.endpoints = dict(endpoints or {})
+        self.endpoint_requests: list[str] = []
         self.requests: list[RecordedRequest] = []
         self.model_list_requests = 0
         self.disconnects = 0
@@ -472,9 +471,7 @@ class FakeUpstream:
             except Exception as exc:
                 return self._script_error(f"script callable raised {exc!r}")
         if not self._queue:
-            return self._script_error(
-                f"script exhausted: request #{len(self.requests)} has no reply left"
-            )
+            return self._script_error(f"script exhausted: request #{len(self.requests)} has no reply left")
         return self._queue.popleft()
 
     def _script_error(self, message: str) -> ErrorReply:
@@ -496,14 +493,10 @@ class FakeUpstream:
             await asyncio.sleep(0.002)
 
     async def wait_for_disconnects(self, n: int = 1, *, timeout: float = 5.0) -> None:
-        await self.wait_for(
-            lambda: self.disconnects >= n, timeout=timeout, what=f"{n} disconnect(s)"
-        )
+        await self.wait_for(lambda: self.disconnects >= n, timeout=timeout, what=f"{n} disconnect(s)")
 
     async def wait_for_requests(self, n: int = 1, *, timeout: float = 5.0) -> None:
-        await self.wait_for(
-            lambda: len(self.requests) >= n, timeout=timeout, what=f"{n} request(s)"
-        )
+        await self.wait_for(lambda: len(self.requests) >= n, timeout=timeout, what=f"{n} request(s)")
 
     async def wait_idle(self, *, timeout: float = 5.0) -> None:
         """Until no reply is being sent."""
@@ -524,7 +517,10 @@ class FakeUpstream:
         path: str = scope["path"]
         sender = _Sender(send)
         try:
-            if path.endswith("/chat/completions"):
+            if path in self.endpoints:
+                self.endpoint_requests.append(path)
+                await self._send_json(sender, 200, self.endpoints[path])
+            elif path.endswith("/chat/completions"):
                 if method != "POST":
                     await self._send_error(sender, 405, f"method {method} not allowed")
                 else:
@@ -553,7 +549,13 @@ class FakeUpstream:
         return {
             "object": "list",
             "data": [
-                {"id": m, "object": "model", "created": 1700000000, "owned_by": "fake"}
+                {
+                    "id": m,
+                    "object": "model",
+                    "created": 1700000000,
+                    "owned_by": "fake",
+                    **self.model_fields.get(m, {}),
+                }
                 for m in self.models
             ],
         }
@@ -579,9 +581,7 @@ class FakeUpstream:
         record = RecordedRequest(
             method=scope["method"],
             path=scope["path"],
-            headers={
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-            },
+            headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
             body=body,
         )
         self.requests.append(record)
@@ -687,9 +687,7 @@ async def _send_events(
     # cut: return without more_body=False; the server closes the connection mid-body.
 
 
-async def _race_disconnect(
-    reply: Coroutine[Any, Any, None], receive: Receive, sender: _Sender
-) -> bool:
+async def _race_disconnect(reply: Coroutine[Any, Any, None], receive: Receive, sender: _Sender) -> bool:
     """Run the reply coroutine until done or until the client disconnects.
 
     Returns True when the reply went out to the end (or was deliberately cut), False when the

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from codexgate.backends.server_info import ContextWindow, probe_context_window
 from codexgate.backends.transport import Transport, UpstreamResponse
 from codexgate.errors import (
     ContextLengthExceeded,
@@ -61,6 +62,7 @@ class UpstreamTarget:
     retry_backoff: float = 0.5
     max_retry_wait: float = 30.0
     models: tuple[str, ...] = ()  # what /v1/models lists; empty: ask the upstream
+    learn_context_window: bool = True
 
 
 def new_id(prefix: str) -> str:
@@ -134,6 +136,7 @@ class ChatCall:
         self._target = backend.target
         dialect = self._target.dialect
         chat = to_chat_request(req, dialect, upstream_model)
+        self._upstream_model = upstream_model
         for kind in chat.tool_map.skipped_kinds:
             backend.once.warning(f"tool kind {kind!r} cannot run on a chat upstream; left out")
         for kind in chat.dropped_items:
@@ -158,12 +161,11 @@ class ChatCall:
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None
 
-    def _check_fits(self) -> None:
+    def _check_fits(self, window: int | None) -> None:
         """Refuse a request that cannot fit the model's window. The bound is deliberately low
         (6 bytes a token; tokenizers average 3-4.5 on code and prose, JSON escaping only adds
         bytes), so only requests that clearly overflow are refused; the rest is the upstream's
         call."""
-        window = self._target.dialect.context_window
         lower_bound = len(self._body) // _MAX_BYTES_PER_TOKEN
         if window and lower_bound > window:
             raise ContextLengthExceeded(
@@ -173,8 +175,11 @@ class ChatCall:
 
     async def open(self) -> None:
         """Send the request. Raises GatewayError (already classified) if the upstream refuses."""
-        self._check_fits()
         target = self._target
+        window = target.dialect.context_window
+        if window is None and self._backend.windows is not None:
+            window = await self._backend.windows.get(self._upstream_model)
+        self._check_fits(window)
         url = target.base_url.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
         attempt = 0
@@ -313,9 +318,52 @@ class ChatCall:
             pass
 
 
+class ContextWindows:
+    """Context windows the server reports, per upstream model. Each model is probed once (again
+    a minute after a probe that found nothing); concurrent first requests share one probe."""
+
+    _RETRY_SECONDS = 60.0
+
+    def __init__(self, target: UpstreamTarget, transport: Transport) -> None:
+        self._target, self._transport = target, transport
+        self._known: dict[str, int] = {}
+        self._missing_since: dict[str, float] = {}
+        self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
+
+    async def get(self, model: str) -> int | None:
+        if model in self._known:
+            return self._known[model]
+        missed = self._missing_since.get(model)
+        if missed is not None and time.monotonic() - missed < self._RETRY_SECONDS:
+            return None
+        probe = self._probes.get(model)
+        if probe is None:
+            target = self._target
+            probe = self._probes[model] = asyncio.ensure_future(
+                probe_context_window(
+                    self._transport, target.base_url, target.headers, model, min(target.connect_timeout, 5.0)
+                )
+            )
+            probe.add_done_callback(lambda _: self._probes.pop(model, None))
+        found = await asyncio.shield(probe)
+        if found is None:
+            self._missing_since[model] = time.monotonic()
+            return None
+        if model not in self._known:
+            log.info(
+                "upstream %s: model %s has a %d-token context window (%s)",
+                self._target.name,
+                model,
+                found.tokens,
+                found.source,
+            )
+        self._known[model] = found.tokens
+        return found.tokens
+
+
 class ChatBackend:
     """An upstream as one model route sees it (its dialect includes the route's overrides).
-    `counts` tallies repairs and checks; routes of one upstream share it."""
+    Routes of one upstream share `counts` (repairs and checks tallied) and `windows`."""
 
     def __init__(
         self,
@@ -323,11 +371,15 @@ class ChatBackend:
         transport: Transport,
         once: OnceLog | None = None,
         counts: Counter[str] | None = None,
+        windows: ContextWindows | None = None,
     ) -> None:
         self.target = target
         self.transport = transport
         self.once = once or OnceLog()
         self.counts: Counter[str] = Counter() if counts is None else counts
+        if windows is None and target.learn_context_window:
+            windows = ContextWindows(target, transport)
+        self.windows = windows
 
     def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
         """Raises ValueError for a dialect naming an unknown text tool-call format."""

@@ -1,0 +1,173 @@
+"""What an upstream server says about itself beyond Chat Completions: its models and each
+model's context window, read from the places the common servers publish them.
+
+The window that matters is the one the server runs with, not the model's trained maximum:
+llama.cpp and Ollama default to a few thousand tokens, far less than Codex's first prompt, and
+Ollama then truncates the prompt silently. So runtime values win over trained ones:
+
+- vLLM and SGLang: `max_model_len` in `/v1/models` (runtime); OpenRouter: `context_length` there.
+- llama.cpp: `/props` → `default_generation_settings.n_ctx` (runtime, per slot).
+- LM Studio: `/api/v0/models/{id}` → `loaded_context_length` (runtime) or `max_context_length`.
+- Ollama: `/api/ps` → `context_length` of a loaded model (runtime), else `num_ctx` among the
+  model's `/api/show` parameters; `<arch>.context_length` there is only the trained maximum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from codexgate.backends.transport import Transport
+from codexgate.errors import UpstreamError
+
+_MAX_BODY = 4 * 1024 * 1024
+# Fields in which servers report a model's context window in `/v1/models`.
+_MODELS_WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+_NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextWindow:
+    tokens: int  # what a request may hold, prompt and output together
+    source: str  # where it was read, for reports and logs
+    runtime: bool = True  # False: only the model's trained maximum was found
+    trained: int | None = None  # the model's own maximum, when the server tells
+
+
+async def fetch_json(
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    timeout: float,
+    body: Any = None,
+) -> tuple[int, Any]:
+    """(status, parsed JSON or None). Status 0 when nothing answered in time."""
+    data = None if body is None else orjson.dumps(body)
+    method = "GET" if body is None else "POST"
+    send_headers = {"accept": "application/json", **headers}
+    if data is not None:
+        send_headers["content-type"] = "application/json"
+    try:
+        async with asyncio.timeout(timeout):
+            response = await transport.open(method, url, send_headers, data, timeout)
+            try:
+                raw = await response.read()
+            finally:
+                await response.aclose()
+    except (UpstreamError, TimeoutError):
+        return 0, None
+    try:
+        return response.status, orjson.loads(raw[:_MAX_BODY])
+    except orjson.JSONDecodeError:
+        return response.status, None
+
+
+def server_root(base_url: str) -> str:
+    """The server's own root, where the non-OpenAI endpoints live (`.../v1` stripped)."""
+    base = base_url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def window_from_models_entry(entry: Mapping[str, Any]) -> ContextWindow | None:
+    for field in _MODELS_WINDOW_FIELDS:
+        tokens = _positive_int(entry.get(field))
+        if tokens:
+            return ContextWindow(tokens, f"/v1/models {field}")
+    return None
+
+
+def model_entries(models_body: Any) -> list[dict[str, Any]]:
+    """The model objects of a `/v1/models` body, tolerating the shapes servers use."""
+    data = models_body.get("data") if isinstance(models_body, dict) else models_body
+    if not isinstance(data, list):
+        return []
+    return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+class _Prober:
+    def __init__(self, transport: Transport, base_url: str, headers: Mapping[str, str], timeout: float):
+        self.transport, self.headers, self.timeout = transport, headers, timeout
+        self.base = base_url.rstrip("/")
+        self.root = server_root(base_url)
+
+    async def get(self, url: str, body: Any = None) -> Any:
+        status, data = await fetch_json(self.transport, url, self.headers, self.timeout, body)
+        return data if status == 200 else None
+
+    async def from_models(self, model: str) -> ContextWindow | None:
+        for entry in model_entries(await self.get(self.base + "/models")):
+            if entry["id"] == model:
+                return window_from_models_entry(entry)
+        return None
+
+    async def from_llama_cpp(self, model: str) -> ContextWindow | None:
+        props = await self.get(f"{self.root}/props?model={quote(model, safe='')}")
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        tokens = _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+        return ContextWindow(tokens, "llama.cpp /props n_ctx") if tokens else None
+
+    async def from_lm_studio(self, model: str) -> ContextWindow | None:
+        info = await self.get(f"{self.root}/api/v0/models/{quote(model, safe='')}")
+        if not isinstance(info, dict):
+            return None
+        trained = _positive_int(info.get("max_context_length"))
+        loaded = _positive_int(info.get("loaded_context_length"))
+        if loaded:
+            return ContextWindow(loaded, "LM Studio loaded_context_length", trained=trained)
+        if trained:
+            return ContextWindow(trained, "LM Studio max_context_length", runtime=False, trained=trained)
+        return None
+
+    async def from_ollama(self, model: str) -> ContextWindow | None:
+        show, running = await asyncio.gather(
+            self.get(self.root + "/api/show", {"model": model}), self.get(self.root + "/api/ps")
+        )
+        if not isinstance(show, dict):
+            return None
+        trained = None
+        info = show.get("model_info")
+        if isinstance(info, dict):
+            trained = next((_positive_int(v) for k, v in info.items() if k.endswith(".context_length")), None)
+        for entry in running.get("models", ()) if isinstance(running, dict) else ():
+            if isinstance(entry, dict) and model in (entry.get("name"), entry.get("model")):
+                loaded = _positive_int(entry.get("context_length"))
+                if loaded:
+                    return ContextWindow(loaded, "Ollama /api/ps context_length", trained=trained)
+        parameters = show.get("parameters")
+        match = _NUM_CTX.search(parameters) if isinstance(parameters, str) else None
+        if match:
+            return ContextWindow(int(match.group(1)), "Ollama num_ctx parameter", trained=trained)
+        if trained:
+            # Ollama runs it with its own default (OLLAMA_CONTEXT_LENGTH), unknown from here.
+            return ContextWindow(trained, "Ollama model_info context_length", runtime=False, trained=trained)
+        return None
+
+
+async def probe_context_window(
+    transport: Transport,
+    base_url: str,
+    headers: Mapping[str, str],
+    model: str,
+    timeout: float = 3.0,
+) -> ContextWindow | None:
+    """The model's context window as the server reports it, runtime values first; None when no
+    server-specific endpoint answers. The probes run at once, so a miss costs one round trip."""
+    prober = _Prober(transport, base_url, headers, timeout)
+    found = await asyncio.gather(
+        prober.from_models(model),
+        prober.from_llama_cpp(model),
+        prober.from_lm_studio(model),
+        prober.from_ollama(model),
+    )
+    windows = [w for w in found if w is not None]
+    return next((w for w in windows if w.runtime), windows[0] if windows else None)

@@ -1,0 +1,126 @@
+"""Context windows learned from what servers publish (vLLM, llama.cpp, Ollama, LM Studio), and
+the gateway refusing, before sending, a request that cannot fit the learned window."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from codexgate.app import build_app
+from codexgate.backends.server_info import ContextWindow, probe_context_window, server_root
+from codexgate.config import load_settings
+from tests.support.asgi_client import StreamingASGITransport
+from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_upstream import FakeUpstream, text_reply
+
+BASE = "http://upstream.test/v1"
+LLAMA_PROPS = {"/props": {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1}}
+OLLAMA_SHOW = {
+    "parameters": 'stop "<|im_end|>"\nnum_ctx 8192\ntemperature 0.7',
+    "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
+}
+
+
+async def probe(fake: FakeUpstream, model: str = "fake-model") -> ContextWindow | None:
+    return await probe_context_window(ASGIUpstreamTransport(fake), BASE, {}, model, timeout=2)
+
+
+def test_server_root_strips_the_openai_prefix() -> None:
+    assert server_root("http://h:11434/v1/") == "http://h:11434"
+    assert server_root("https://openrouter.ai/api/v1") == "https://openrouter.ai/api"
+    assert server_root("http://h:8080") == "http://h:8080"
+
+
+async def test_vllm_max_model_len_in_the_model_list() -> None:
+    fake = FakeUpstream(model_fields={"fake-model": {"max_model_len": 32768}})
+    assert await probe(fake) == ContextWindow(32768, "/v1/models max_model_len")
+
+
+async def test_llama_cpp_runtime_context_from_props() -> None:
+    # llama.cpp's /v1/models carries only the trained size (meta.n_ctx_train): ignored.
+    fake = FakeUpstream(model_fields={"fake-model": {"meta": {"n_ctx_train": 8192}}}, endpoints=LLAMA_PROPS)
+    assert await probe(fake) == ContextWindow(2048, "llama.cpp /props n_ctx")
+
+
+async def test_ollama_num_ctx_parameter_wins_over_the_trained_length() -> None:
+    fake = FakeUpstream(endpoints={"/api/show": OLLAMA_SHOW})
+    assert await probe(fake) == ContextWindow(8192, "Ollama num_ctx parameter", trained=32768)
+
+
+async def test_ollama_loaded_model_context_wins_over_everything() -> None:
+    running = {"models": [{"name": "fake-model", "model": "fake-model", "context_length": 4096}]}
+    fake = FakeUpstream(endpoints={"/api/show": OLLAMA_SHOW, "/api/ps": running})
+    window = await probe(fake)
+    assert window == ContextWindow(4096, "Ollama /api/ps context_length", trained=32768)
+
+
+async def test_ollama_without_runtime_facts_reports_the_trained_length_as_such() -> None:
+    show = {"parameters": "temperature 0.7", "model_info": {"llama.context_length": 131072}}
+    window = await probe(FakeUpstream(endpoints={"/api/show": show}))
+    assert window is not None and window.tokens == 131072 and not window.runtime
+
+
+async def test_lm_studio_loaded_context() -> None:
+    info = {"id": "fake-model", "max_context_length": 131072, "loaded_context_length": 16384}
+    fake = FakeUpstream(endpoints={"/api/v0/models/fake-model": info})
+    window = await probe(fake)
+    assert window == ContextWindow(16384, "LM Studio loaded_context_length", trained=131072)
+
+
+async def test_a_server_that_tells_nothing_gives_none() -> None:
+    assert await probe(FakeUpstream()) is None
+    transport = ASGIUpstreamTransport(None)  # unreachable
+    assert await probe_context_window(transport, BASE, {}, "m", timeout=1) is None
+
+
+def big_request(model: str = "fake-model") -> dict[str, Any]:
+    return {"model": model, "input": "word " * 4000, "stream": True}  # 20 kB: > 3300 tokens
+
+
+async def gateway_post(
+    fake: FakeUpstream, bodies: list[dict[str, Any]], **settings: Any
+) -> list[httpx.Response]:
+    config = {"upstream": BASE, "discover": False, **settings}
+    app = build_app(load_settings(config, environ={}), transport=ASGIUpstreamTransport(fake), environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        return list(await asyncio.gather(*(client.post("/v1/responses", json=b) for b in bodies)))
+
+
+async def test_a_request_beyond_the_learned_window_is_refused_before_it_is_sent() -> None:
+    fake = FakeUpstream([], endpoints=LLAMA_PROPS)
+    responses = await gateway_post(fake, [big_request(), big_request()])
+    for response in responses:
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["code"] == "context_length_exceeded" and "2048" in error["message"]
+    assert fake.requests == []
+    assert fake.endpoint_requests == ["/props"]  # one probe, shared by both requests
+
+
+async def test_a_request_within_the_learned_window_goes_through() -> None:
+    fake = FakeUpstream([text_reply("hi")], endpoints=LLAMA_PROPS)
+    [response] = await gateway_post(fake, [{"model": "fake-model", "input": "hello"}])
+    assert response.status_code == 200 and response.json()["status"] == "completed"
+
+
+@pytest.mark.parametrize("setting", [{"learn_context_window": False}, {"context_window": 100_000}])
+async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting: dict[str, Any]) -> None:
+    fake = FakeUpstream([text_reply("fits")], endpoints=LLAMA_PROPS)
+    key, value = next(iter(setting.items()))
+    config = tmp_path / "c.toml"
+    if key == "learn_context_window":
+        config.write_text(f'[[upstreams]]\nname = "u"\nbase_url = "{BASE}"\nlearn_context_window = false\n')
+    else:
+        config.write_text(
+            f'[[upstreams]]\nname = "u"\nbase_url = "{BASE}"\n'
+            f'[[models]]\nname = "fake-model"\ncontext_window = {value}\n'
+        )
+    settings = load_settings({"discover": False}, config, environ={})
+    app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        response = await client.post("/v1/responses", json=big_request())
+    assert response.status_code == 200 and "response.completed" in response.text
+    assert fake.endpoint_requests == []
