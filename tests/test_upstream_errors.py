@@ -52,6 +52,7 @@ PROSE_EXAMPLES = {
     "too many tokens": "Input has too many tokens",
     "input (?:is )?too long": "Input is too long for requested model.",
     "model .*(?:not found|does not exist)|no such model": 'model "llama9" not found, try pulling it first',
+    "failed to parse tools|unsupported tool type": 'Failed to parse tools: Unsupported tool type: {"type":"custom"}',
 }
 
 

@@ -92,6 +92,12 @@ def _codex_setup(args: argparse.Namespace) -> int:
     return run_codex_setup(settings, args)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from codexgate.doctor_command import run_doctor
+
+    return run_doctor(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codexgate", description="Run Codex CLI on any Chat Completions model."
@@ -123,6 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     setup.add_argument("--profile", default="codexgate", help="Codex profile name (default codexgate)")
     setup.set_defaults(run=_codex_setup)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="probe an upstream and recommend settings for it",
+        description=(
+            "Probe a Chat Completions server as Codex will use it: models, streaming, usage, "
+            "tool calls, reasoning, context window, errors. Exits 1 when something would break Codex."
+        ),
+    )
+    doctor.add_argument("--upstream", required=True, help="base URL, e.g. http://127.0.0.1:8080/v1")
+    doctor.add_argument("--model", help="model to probe (default: the first the server lists)")
+    doctor.add_argument("--api-key-env", help="environment variable holding the upstream's API key")
+    doctor.add_argument("--timeout", type=float, default=120.0, help="seconds per probe (default 120)")
+    doctor.add_argument(
+        "--write", type=Path, metavar="CONFIG", help="merge the recommended settings into this TOML file"
+    )
+    doctor.set_defaults(run=_doctor)
     return parser
 
 

@@ -525,7 +525,7 @@ class FakeUpstream:
                     await self._send_error(sender, 405, f"method {method} not allowed")
                 else:
                     await self._chat(scope, body, receive, sender)
-            elif path.endswith("/models"):
+            elif path.endswith("/v1/models") or path == "/models":
                 if method != "GET":
                     await self._send_error(sender, 405, f"method {method} not allowed")
                 else:

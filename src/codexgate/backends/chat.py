@@ -198,11 +198,12 @@ class ChatCall:
                 error, retryable = exc, exc.retryable
             if not retryable or attempt >= target.max_retries:
                 raise error
-            wait = (
-                error.retry_after
-                if error.retry_after is not None
-                else (target.retry_backoff * 2**attempt * random.uniform(0.9, 1.1))
-            )
+            if error.retry_after is not None:
+                wait = error.retry_after
+            elif attempt == 0 and isinstance(error, UpstreamConnectError):
+                wait = 0.0  # most often a pooled connection the server had just closed
+            else:
+                wait = target.retry_backoff * 2**attempt * random.uniform(0.9, 1.1)
             if wait > target.max_retry_wait:
                 raise error
             attempt += 1

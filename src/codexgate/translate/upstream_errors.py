@@ -47,6 +47,8 @@ PROSE_PATTERNS: tuple[tuple[re.Pattern[str], type[UpstreamError]], ...] = (
     (re.compile(r"too many tokens", re.I), ContextLengthExceeded),
     (re.compile(r"input (?:is )?too long", re.I), ContextLengthExceeded),
     (re.compile(r"model .*(?:not found|does not exist)|no such model", re.I), UpstreamModelNotFound),
+    # llama.cpp answers a tool shape its template cannot take with a 500: final, not retried.
+    (re.compile(r"failed to parse tools|unsupported tool type", re.I), UpstreamBadRequest),
 )
 
 _TRY_AGAIN = re.compile(r"try again in ([0-9.]+)\s*(ms|s|seconds)", re.I)
