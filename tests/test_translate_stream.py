@@ -611,7 +611,7 @@ def test_nothing_after_the_terminal_event() -> None:
 def test_no_usage_synthetic_estimate() -> None:
     events = translate_chunks([chunk({"content": "hello world"}), chunk({}, "stop")],
                               make_translator(input_estimate=100))
-    assert terminal(events)["response"]["usage"] == usage(100, 3, 103)
+    assert terminal(events)["response"]["usage"] == usage(100, 4, 104)  # 11 characters / 3
 
 
 def test_usage_without_total_is_summed() -> None:

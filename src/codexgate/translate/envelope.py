@@ -155,8 +155,10 @@ def chat_usage_to_responses(usage: dict[str, Any]) -> dict[str, Any]:
 
 def estimated_usage(input_tokens: int, output_chars: int) -> dict[str, Any]:
     """Usage when the upstream sent none: Codex only compacts when it sees token counts.
-    About four characters a token, the usual figure for English text and code."""
-    output_tokens = (output_chars + 3) // 4
+    The caller estimates input as request-body bytes / 4; output is characters / 3, since what
+    models write (tool-call JSON, markup, short lines) is denser in tokens than prose.
+    bench/usage_estimate.py measures both against real tokenizers."""
+    output_tokens = (output_chars + 2) // 3
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": 0},

@@ -1,0 +1,181 @@
+"""Against a real model server nobody here wrote: llama.cpp's llama-server with
+SmolLM2-135M-Instruct (see tests/support/llama_server.py), 4096-token context.
+
+What it shows: plain answers and usage through the gateway, the context window learned from
+`/props`, an oversized prompt refused before it is sent and llama.cpp's own
+`exceed_context_size_error` mapped to `context_length_exceeded`, Codex's tool kinds translated
+into what llama.cpp accepts, `doctor` and `codex-setup` reading the real server. SmolLM2 has no
+tool calling, so tool scenarios stay on the scripted fakes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from codexgate.app import build_app
+from codexgate.backends.transport import AiohttpTransport
+from codexgate.config import load_settings
+from codexgate.doctor import Doctor
+from codexgate.setup_command import model_specs
+from codexgate.translate.upstream_errors import classify
+from codexgate.wire.sse import SSEDecoder
+from tests.support.asgi_client import StreamingASGITransport
+from tests.support.llama_server import LlamaServer, run_llama_server
+from tests.support.openresponses import validate_response, validate_stream
+
+N_CTX = 4096
+APPLY_PATCH_GRAMMAR = 'start: "*** Begin Patch" LF "*** End Patch" LF?\nLF: /\\n/\n'
+CODEX_TOOLS = [
+    {
+        "type": "function",
+        "name": "exec_command",
+        "description": "Runs a command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        "strict": False,
+    },
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Edit files.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR},
+    },
+    {"type": "web_search", "external_web_access": False},
+]
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServer]:
+    with run_llama_server(N_CTX, "--alias", "smollm2") as server:
+        yield server
+
+
+@pytest.fixture
+async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
+    settings = load_settings({"upstream": llama.base_url, "discover": False}, environ={})
+    transport = AiohttpTransport()
+    app = build_app(settings, transport=transport, environ={})
+    try:
+        async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=60) as client:
+            yield client
+    finally:
+        await transport.aclose()
+
+
+def sse_events(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(data) for data in SSEDecoder().feed(raw)]
+
+
+async def test_a_plain_answer_streams_with_the_servers_usage(gateway: httpx.AsyncClient) -> None:
+    body = {
+        "model": "smollm2",
+        "instructions": "You are a helpful assistant.",
+        "input": "What is the capital of France? Answer in one sentence.",
+        "max_output_tokens": 48,
+        "temperature": 0,
+        "stream": True,
+    }
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 200
+    events = sse_events(response.content)
+    validate_stream(events)
+    final = events[-1]["response"]
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert "Paris" in text
+    usage = final["usage"]
+    # llama.cpp's own count (template included), not the gateway's estimate
+    assert 20 < usage["input_tokens"] < 80 and 1 <= usage["output_tokens"] <= 48
+
+
+async def test_a_non_streaming_answer(gateway: httpx.AsyncClient) -> None:
+    body = {"model": "smollm2", "input": "Say hello.", "max_output_tokens": 16, "temperature": 0}
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 200
+    resource = response.json()
+    validate_response(resource)
+    assert resource["output"][0]["content"][0]["text"].strip()
+    assert resource["usage"]["output_tokens"] <= 16
+
+
+async def test_a_prompt_far_over_the_learned_window_is_refused_before_it_is_sent(
+    gateway: httpx.AsyncClient,
+) -> None:
+    body = {"model": "smollm2", "input": "hello " * 30_000, "stream": True}  # 180 kB
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert f"context window of {N_CTX} tokens" in error["message"]  # the gateway's words, from /props
+
+
+async def test_llama_cpps_own_context_error_becomes_context_length_exceeded(gateway: httpx.AsyncClient) -> None:
+    # 10 kB of one-token words: under the gateway's conservative bound, over the real window.
+    body = {"model": "smollm2", "input": "a " * 5000, "stream": True}
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "exceeds the available context size" in error["message"]  # llama.cpp's words
+
+
+async def test_codex_tool_kinds_are_translated_into_what_llama_cpp_accepts(
+    gateway: httpx.AsyncClient, llama: LlamaServer
+) -> None:
+    # Sent as they are, a custom tool is a 500 from llama.cpp (final, not worth a retry) ...
+    direct = httpx.post(
+        llama.base_url + "/chat/completions",
+        json={
+            "model": "smollm2",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "custom", "name": "apply_patch"}],
+        },
+        timeout=30,
+    )
+    assert direct.status_code == 500
+    error = classify(direct.status_code, direct.content)
+    assert error.code == "invalid_request_error" and not error.retryable
+    # ... through the gateway the custom tool becomes a function and web_search is left out.
+    body = {
+        "model": "smollm2",
+        "input": "Reply with the word ok.",
+        "tools": CODEX_TOOLS,
+        "max_output_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+    }
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 200
+    events = sse_events(response.content)
+    validate_stream(events)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+
+
+async def test_doctor_reads_the_real_server(llama: LlamaServer) -> None:
+    transport = AiohttpTransport()
+    try:
+        report = await Doctor(transport, llama.base_url, timeout=60).run()
+    finally:
+        await transport.aclose()
+    findings = report.findings
+    assert findings.server == "llama.cpp" and findings.model == "smollm2"
+    assert findings.streams and findings.usage_in_stream
+    assert findings.tool_calls != "rejected"  # llama.cpp takes function tools (jinja templates)
+    assert findings.window is not None and findings.window.tokens == N_CTX
+    assert findings.window.source == "llama.cpp /props n_ctx"
+    assert findings.overflow == "rejected"
+    statuses = {c.name: c.status for c in report.checks}
+    assert statuses["reachable"] == "ok" and statuses["streaming"] == "ok" and statuses["errors"] == "ok"
+    assert statuses["context window"] == "fail"  # 4096 cannot hold Codex's first prompt
+    model = report.recommended["model"]
+    assert model["context_window"] == N_CTX
+    assert model["extra_body"] == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 1024}  # SmolLM2's
+
+
+def test_codex_setup_takes_the_window_from_props(llama: LlamaServer) -> None:
+    [spec] = model_specs(load_settings({"upstream": llama.base_url}, environ={}), None, None)
+    assert (spec.slug, spec.context_window, spec.window_source) == ("smollm2", N_CTX, "llama.cpp /props n_ctx")
