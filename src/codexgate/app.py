@@ -44,6 +44,7 @@ def upstream_target(
         include_usage=upstream.include_usage,
         text_tool_calls=upstream.text_tool_calls,
         think_tags=upstream.think_tags,
+        default_sampling=upstream.default_sampling,
         extra_body=dict(upstream.extra_body),
     )
     return UpstreamTarget(
@@ -72,6 +73,8 @@ def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
         overrides["text_tool_calls"] = model.text_tool_calls
     if model.think_tags is not None:
         overrides["think_tags"] = model.think_tags
+    if model.default_sampling is not None:
+        overrides["default_sampling"] = model.default_sampling
     target = replace(upstream.target, dialect=replace(dialect, **overrides))
     return ChatBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.windows)
 

@@ -67,6 +67,9 @@ class UpstreamConfig(_Strict):
     # Ask the server for each model's context window (llama.cpp /props, Ollama /api/show, ...)
     # so requests that cannot fit are refused instead of silently truncated.
     learn_context_window: bool = True
+    # A request with no temperature/top_p (Codex sends none) gets the model family's published
+    # values ("auto"), or the server's defaults ("off").
+    default_sampling: Literal["auto", "off"] = "auto"
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:
@@ -85,6 +88,7 @@ class ModelConfig(_Strict):
     extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. default sampling
     text_tool_calls: str | None = None  # None: the upstream's setting
     think_tags: ThinkMode | None = None
+    default_sampling: Literal["auto", "off"] | None = None
 
     @model_validator(mode="after")
     def _check_modes(self) -> ModelConfig:

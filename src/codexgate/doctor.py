@@ -25,8 +25,8 @@ from codexgate.backends.server_info import (
 )
 from codexgate.backends.transport import Transport
 from codexgate.errors import UpstreamConnectError, UpstreamError
-from codexgate.model_defaults import recommended_sampling, turn_token_cap
 from codexgate.translate.content import ContentStage
+from codexgate.translate.sampling import recommended_sampling, turn_token_cap
 from codexgate.translate.textcalls import CallPiece
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.sse import SSEDecoder

@@ -35,6 +35,9 @@ class ChatDialect:
     # The model's context window when known: a request that cannot fit is refused before it
     # is sent, instead of being truncated silently by servers with a small default context.
     context_window: int | None = None
+    # "auto": a request without temperature/top_p gets the model family's published values
+    # (translate/sampling.py); "off": the server's own defaults.
+    default_sampling: Literal["auto", "off"] = "auto"
     # merged into every request body (e.g. default sampling for a small model); the client's
     # own values win.
     extra_body: dict[str, Any] = field(default_factory=dict)

@@ -9,6 +9,7 @@ import orjson
 
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.reasoning import decode_reasoning
+from codexgate.translate.sampling import family_sampling, standard_only
 from codexgate.translate.tools import (
     CUSTOM_INPUT_PARAM,
     ToolMap,
@@ -231,11 +232,17 @@ def translate_input(
 
 def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
-    The dialect's `extra_body` (upstream and model defaults) comes first; the client's values win."""
+    Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
+    the dialect's `extra_body` (upstream and model settings), then the client's own values."""
     chat_tools, tool_map = translate_tools(req.tools)
     messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map)
 
-    body: dict[str, Any] = dict(dialect.extra_body)
+    body: dict[str, Any] = {}
+    if dialect.default_sampling == "auto":
+        family = family_sampling(upstream_model)
+        if family is not None:
+            body.update(standard_only(family).values)
+    body.update(dialect.extra_body)
     body["model"] = upstream_model
     body["messages"] = messages
     body["stream"] = True

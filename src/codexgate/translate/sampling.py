@@ -1,12 +1,17 @@
-"""Sampling to apply when the client sends none, per model family.
+"""Sampling to apply when the client sends none, per model family. Pure data.
 
 Codex sends no `temperature` or `top_p`, so the upstream uses its own default: 0.8 in
 llama.cpp, the Modelfile's value in Ollama, the model's generation_config in vLLM. Small models
-at a high temperature wander and repeat until the context is full. These are the values the
-model publishers recommend (model cards and generation_config.json); unknown models get a
-conservative low temperature. `max_tokens` caps one turn, since Codex sends no limit and a
-model stuck in a loop otherwise runs to the end of the context window; a capped turn ends as
-`response.incomplete`, which Codex reports.
+at a high temperature wander and repeat (bench/sampling.py measures it). These are the values
+the model publishers recommend (model cards and generation_config.json).
+
+- The gateway applies a known family's temperature and top_p to requests that carry none
+  (`default_sampling = "auto"`, the default); `top_k` only where `doctor` recommends it, since
+  OpenAI-strict servers reject unknown fields.
+- `doctor` recommends them too, with a low-temperature fallback for unknown models, and a
+  `max_tokens` cap per turn: Codex sends no limit, and a model stuck in a loop otherwise runs
+  to the end of the context window. A capped turn ends as `response.incomplete`, which Codex
+  reports.
 """
 
 from __future__ import annotations
@@ -72,14 +77,23 @@ _NON_STANDARD = ("top_k",)
 _ACCEPTS_TOP_K = {"llama.cpp", "vLLM", "SGLang", "LM Studio"}
 
 
-def recommended_sampling(model: str, server: str | None) -> Sampling:
-    """The family's sampling, without keys the server is not known to accept."""
+def family_sampling(model: str) -> Sampling | None:
+    """The publisher's sampling for the model's family, None for a model not in the table."""
     name = model.lower()
-    sampling = next((s for pattern, s in _FAMILIES if re.search(pattern, name)), _FALLBACK)
-    if server in _ACCEPTS_TOP_K:
-        return sampling
+    return next((s for pattern, s in _FAMILIES if re.search(pattern, name)), None)
+
+
+def standard_only(sampling: Sampling) -> Sampling:
+    """Without the keys only some servers accept."""
     values = {k: v for k, v in sampling.values.items() if k not in _NON_STANDARD}
     return Sampling(sampling.family, values, sampling.source)
+
+
+def recommended_sampling(model: str, server: str | None) -> Sampling:
+    """What doctor recommends: the family's sampling (or a low-temperature fallback), without
+    keys the server is not known to accept."""
+    sampling = family_sampling(model) or _FALLBACK
+    return sampling if server in _ACCEPTS_TOP_K else standard_only(sampling)
 
 
 def turn_token_cap(context_window: int | None) -> int:
