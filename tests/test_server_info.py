@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.server_info import ContextWindow, probe_context_window, server_root
+from codexgate.backends.server_info import ContextWindow, ContextWindows, probe_context_window, server_root
 from codexgate.config import load_settings
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -124,3 +124,15 @@ async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting
         response = await client.post("/v1/responses", json=big_request())
     assert response.status_code == 200 and "response.completed" in response.text
     assert fake.endpoint_requests == []
+
+
+async def test_a_trained_maximum_is_asked_again_until_the_runtime_window_is_known() -> None:
+    show = {"parameters": "", "model_info": {"qwen2.context_length": 32768}}
+    fake = FakeUpstream(endpoints={"/api/show": show})
+    windows = ContextWindows(ASGIUpstreamTransport(fake), BASE, {}, 2, "ollama")
+    windows._RECHECK_SECONDS = 0.0  # type: ignore[misc]
+    assert await windows.get("fake-model") == 32768  # not loaded yet: only the trained maximum
+    fake.endpoints["/api/ps"] = {"models": [{"name": "fake-model", "context_length": 4096}]}
+    assert await windows.get("fake-model") == 4096  # loaded with Ollama's default context
+    asked = len(fake.endpoint_requests)
+    assert await windows.get("fake-model") == 4096 and len(fake.endpoint_requests) == asked  # kept

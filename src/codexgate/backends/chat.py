@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from codexgate.backends.server_info import ContextWindow, probe_context_window
+from codexgate.backends.server_info import ContextWindows
 from codexgate.backends.transport import Transport, UpstreamResponse
 from codexgate.errors import (
     ContextLengthExceeded,
@@ -319,49 +319,6 @@ class ChatCall:
             pass
 
 
-class ContextWindows:
-    """Context windows the server reports, per upstream model. Each model is probed once (again
-    a minute after a probe that found nothing); concurrent first requests share one probe."""
-
-    _RETRY_SECONDS = 60.0
-
-    def __init__(self, target: UpstreamTarget, transport: Transport) -> None:
-        self._target, self._transport = target, transport
-        self._known: dict[str, int] = {}
-        self._missing_since: dict[str, float] = {}
-        self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
-
-    async def get(self, model: str) -> int | None:
-        if model in self._known:
-            return self._known[model]
-        missed = self._missing_since.get(model)
-        if missed is not None and time.monotonic() - missed < self._RETRY_SECONDS:
-            return None
-        probe = self._probes.get(model)
-        if probe is None:
-            target = self._target
-            probe = self._probes[model] = asyncio.ensure_future(
-                probe_context_window(
-                    self._transport, target.base_url, target.headers, model, min(target.connect_timeout, 5.0)
-                )
-            )
-            probe.add_done_callback(lambda _: self._probes.pop(model, None))
-        found = await asyncio.shield(probe)
-        if found is None:
-            self._missing_since[model] = time.monotonic()
-            return None
-        if model not in self._known:
-            log.info(
-                "upstream %s: model %s has a %d-token context window (%s)",
-                self._target.name,
-                model,
-                found.tokens,
-                found.source,
-            )
-        self._known[model] = found.tokens
-        return found.tokens
-
-
 class ChatBackend:
     """An upstream as one model route sees it (its dialect includes the route's overrides).
     Routes of one upstream share `counts` (repairs and checks tallied) and `windows`."""
@@ -379,7 +336,8 @@ class ChatBackend:
         self.once = once or OnceLog()
         self.counts: Counter[str] = Counter() if counts is None else counts
         if windows is None and target.learn_context_window:
-            windows = ContextWindows(target, transport)
+            probe_timeout = min(target.connect_timeout, 5.0)
+            windows = ContextWindows(transport, target.base_url, target.headers, probe_timeout, target.name)
         self.windows = windows
 
     def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:

@@ -15,7 +15,9 @@ Ollama then truncates the prompt silently. So runtime values win over trained on
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,8 @@ import orjson
 
 from codexgate.backends.transport import Transport
 from codexgate.errors import UpstreamError
+
+log = logging.getLogger("codexgate.backend")
 
 _MAX_BODY = 4 * 1024 * 1024
 # Fields in which servers report a model's context window in `/v1/models`.
@@ -171,3 +175,41 @@ async def probe_context_window(
     )
     windows = [w for w in found if w is not None]
     return next((w for w in windows if w.runtime), windows[0] if windows else None)
+
+
+class ContextWindows:
+    """The windows one upstream reports, per model, for the gateway's pre-send check.
+
+    A model is probed on its first request; concurrent first requests share the probe. A
+    runtime window is kept; a probe that found nothing, or only the trained maximum (Ollama
+    before the model is loaded), is asked again a minute later, since the runtime value may
+    appear once the model is loaded."""
+
+    _RECHECK_SECONDS = 60.0
+
+    def __init__(
+        self, transport: Transport, base_url: str, headers: Mapping[str, str], timeout: float, name: str
+    ) -> None:
+        self._transport, self._base_url, self._headers = transport, base_url, headers
+        self._timeout, self._name = timeout, name
+        self._cache: dict[str, tuple[int | None, float]] = {}  # model -> (tokens, valid until)
+        self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
+
+    async def get(self, model: str) -> int | None:
+        cached = self._cache.get(model)
+        if cached is not None and time.monotonic() < cached[1]:
+            return cached[0]
+        probe = self._probes.get(model)
+        if probe is None:
+            probe = self._probes[model] = asyncio.ensure_future(
+                probe_context_window(self._transport, self._base_url, self._headers, model, self._timeout)
+            )
+            probe.add_done_callback(lambda _: self._probes.pop(model, None))
+        found = await asyncio.shield(probe)
+        tokens = found.tokens if found else None
+        until = float("inf") if found and found.runtime else time.monotonic() + self._RECHECK_SECONDS
+        if found and (cached is None or cached[0] != tokens):
+            log.info("upstream %s: model %s has a %d-token context window (%s)",
+                     self._name, model, found.tokens, found.source)  # fmt: skip
+        self._cache[model] = (tokens, until)
+        return tokens
