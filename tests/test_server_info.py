@@ -136,3 +136,13 @@ async def test_a_trained_maximum_is_asked_again_until_the_runtime_window_is_know
     assert await windows.get("fake-model") == 4096  # loaded with Ollama's default context
     asked = len(fake.endpoint_requests)
     assert await windows.get("fake-model") == 4096 and len(fake.endpoint_requests) == asked  # kept
+
+
+async def test_learned_windows_show_in_healthz() -> None:
+    fake = FakeUpstream([text_reply("hi")], endpoints=LLAMA_PROPS)
+    settings = load_settings({"upstream": BASE, "discover": False}, environ={})
+    app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        await client.post("/v1/responses", json={"model": "fake-model", "input": "hello"})
+        health = (await client.get("/healthz")).json()
+    assert health["context_windows"] == {"default": {"fake-model": 2048}}

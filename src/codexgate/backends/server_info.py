@@ -195,6 +195,9 @@ class ContextWindows:
         self._cache: dict[str, tuple[int | None, float]] = {}  # model -> (tokens, valid until)
         self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
 
+    def known(self) -> dict[str, int]:
+        return {model: tokens for model, (tokens, _) in sorted(self._cache.items()) if tokens}
+
     async def get(self, model: str) -> int | None:
         cached = self._cache.get(model)
         if cached is not None and time.monotonic() < cached[1]:

@@ -188,9 +188,17 @@ class GatewayApp:
             await events.aclose()
 
     def _health(self) -> dict[str, Any]:
-        """Liveness, the upstreams, and what the gateway repaired or recognised on each."""
-        counts = {name: dict(sorted(b.counts.items())) for name, b in self.router.backends.items()}
-        return {"status": "ok", "upstreams": list(self.router.backends), "counts": counts}
+        """Liveness, the upstreams, what the gateway repaired or recognised on each, and the
+        context windows learned from them."""
+        backends = self.router.backends.items()
+        counts = {name: dict(sorted(b.counts.items())) for name, b in backends}
+        windows = {name: b.windows.known() for name, b in backends if b.windows is not None}
+        return {
+            "status": "ok",
+            "upstreams": list(self.router.backends),
+            "counts": counts,
+            "context_windows": windows,
+        }
 
     # -- /v1/models
 
