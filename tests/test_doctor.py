@@ -85,7 +85,8 @@ async def test_a_vllm_like_server_with_structured_tools_and_a_big_window_is_all_
     assert report.recommended["upstream"] == {"name": "vllm", "base_url": BASE, "text_tool_calls": "off"}
     model = report.recommended["model"]
     assert model["context_window"] == 65536
-    assert model["extra_body"] == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_tokens": 16384}
+    assert model["extra_body"] == {
+        "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "max_tokens": 16384}  # fmt: skip
 
 
 async def test_ollama_with_a_small_context_and_hermes_text_calls() -> None:

@@ -173,7 +173,7 @@ async def test_doctor_reads_the_real_server(llama: LlamaServer) -> None:
     assert statuses["context window"] == "fail"  # 4096 cannot hold Codex's first prompt
     model = report.recommended["model"]
     assert model["context_window"] == N_CTX
-    assert model["extra_body"] == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 1024}  # SmolLM2's
+    assert model["extra_body"] == {"temperature": 0.2, "top_p": 0.9, "repeat_penalty": 1.1, "max_tokens": 1024}
 
 
 def test_codex_setup_takes_the_window_from_props(llama: LlamaServer) -> None:

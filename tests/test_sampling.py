@@ -53,10 +53,12 @@ def test_unknown_models_and_the_off_switch_leave_sampling_to_the_server() -> Non
     assert "temperature" not in body("qwen3-coder:30b", ChatDialect(default_sampling="off"))
 
 
-def test_doctor_recommendations_keep_top_k_only_where_the_server_takes_it() -> None:
-    assert recommended_sampling("qwen3-coder", "llama.cpp").values["top_k"] == 20
-    assert "top_k" not in recommended_sampling("qwen3-coder", "Ollama").values
-    assert recommended_sampling("kimi-k2", None).family == "unknown"  # low-temperature fallback
+def test_doctor_recommendations_name_extra_keys_as_each_server_does() -> None:
+    assert recommended_sampling("qwen3-coder", "llama.cpp").values == {
+        "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repeat_penalty": 1.05}  # fmt: skip
+    assert recommended_sampling("qwen3-coder", "vLLM").values["repetition_penalty"] == 1.05
+    assert recommended_sampling("qwen3-coder", "Ollama").values == {"temperature": 0.7, "top_p": 0.8}
+    assert recommended_sampling("kimi-k2", "llama.cpp").values == {}  # unknown: server defaults
 
 
 def test_turn_cap_is_a_quarter_of_the_window_within_bounds() -> None:

@@ -243,7 +243,8 @@ class Doctor:
         body = self._body(
             "Use the exec_command tool to run `ls -la` in the current directory. Call the tool; "
             "do not describe it.",
-            max_tokens=256,
+            # a reasoning model thinks first: leave it room to reach the call
+            max_tokens=2048 if f.reasoning_field or f.think_tags else 256,
         )
         body["tools"] = [_PROBE_TOOL]
         probe = await self.chat(body)

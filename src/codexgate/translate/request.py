@@ -9,7 +9,7 @@ import orjson
 
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.reasoning import decode_reasoning
-from codexgate.translate.sampling import family_sampling, standard_only
+from codexgate.translate.sampling import family_sampling, for_server
 from codexgate.translate.tools import (
     CUSTOM_INPUT_PARAM,
     ToolMap,
@@ -241,7 +241,7 @@ def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model:
     if dialect.default_sampling == "auto":
         family = family_sampling(upstream_model)
         if family is not None:
-            body.update(standard_only(family).values)
+            body.update(for_server(family, None).values)
     body.update(dialect.extra_body)
     body["model"] = upstream_model
     body["messages"] = messages
