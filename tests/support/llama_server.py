@@ -11,18 +11,23 @@ another build or model.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support.scripts import run_install_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-llama.sh"
@@ -44,20 +49,20 @@ def llama_binary() -> tuple[Path, Path]:
         return Path(override), Path(os.environ.get("CODEXGATE_LLAMA_MODEL") or CACHE / "models" / MODEL_ID)
     if not all(shutil.which(tool) for tool in ("cmake", "c++", "make")):
         _unavailable("llama-server is not built and cmake/c++/make are missing to build it")
-    try:
-        subprocess.run(
-            ["bash", str(BUILD_SCRIPT)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"scripts/build-llama.sh failed ({exc.returncode}):\n{exc.stdout[-3000:]}{exc.stderr[-3000:]}")
-    except subprocess.TimeoutExpired:
-        pytest.fail("scripts/build-llama.sh timed out after 1800 s")
+    run_install_script(BUILD_SCRIPT, timeout=1800)
     return CACHE / "bin" / "llama-server", CACHE / "models" / MODEL_ID
+
+
+def post_json(url: str, body: Any, timeout: float = 600) -> Any:
+    """POST JSON with the standard library; an HTTP error's JSON body is returned as well."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,9 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}: {Path(log.name).read_text()[-3000:]}")
+                pytest.fail(
+                    f"llama-server exited with {proc.returncode}: {Path(log.name).read_text()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(root + "/health", timeout=2) as response:
                     if response.status == 200:
@@ -100,7 +107,9 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"llama-server did not become healthy in 120 s: {Path(log.name).read_text()[-3000:]}")
+                pytest.fail(
+                    f"llama-server did not become healthy in 120 s: {Path(log.name).read_text()[-3000:]}"
+                )
             time.sleep(0.2)
         yield LlamaServer(base_url=root + "/v1", root=root, n_ctx=n_ctx)
     finally:
