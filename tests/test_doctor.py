@@ -120,6 +120,7 @@ async def test_a_server_that_rejects_tools_fails_the_tool_check() -> None:
     status, summary, _ = check(report, "tool calls")
     assert status == "fail" and "500" in summary and "Failed to parse tools" in summary
     assert check(report, "context window")[0] == "warn"  # the fake says nothing about its window
+    assert any("not probed" in d for d in check(report, "errors")[2])  # unknown server: nothing big sent
 
 
 async def test_reasoning_in_a_reasoning_field_is_replayed_in_that_field() -> None:

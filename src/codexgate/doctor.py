@@ -39,6 +39,8 @@ MIN_WINDOW = 16_384
 RECOMMENDED_WINDOW = 32_768
 # Servers known to cut an oversized prompt down without an error.
 TRUNCATING_SERVERS = {"Ollama", "LM Studio"}
+# Servers that refuse an oversized prompt before running it (so probing that costs nothing).
+REJECTING_SERVERS = {"llama.cpp", "vLLM"}
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -350,10 +352,12 @@ class Doctor:
         else:
             details.append("unknown model: answered anyway (the server ignores the model name)")
         window = f.window
+        # Only servers known to reject an oversized prompt before running it get one: elsewhere
+        # it could be truncated and run, or billed.
         if (
             window is not None
             and window.runtime
-            and f.server not in TRUNCATING_SERVERS
+            and f.server in REJECTING_SERVERS
             and window.tokens <= 262_144
         ):
             over = window.tokens + max(256, window.tokens // 10)
@@ -378,6 +382,8 @@ class Doctor:
             details.append(
                 f"{f.server} truncates prompts over its window silently; codexgate refuses them itself"
             )
+        else:
+            details.append("prompt over the window: not probed on this server (it could run or bill it)")
         return Check("errors", status, "how failures look", details)
 
     # -- one chat request
