@@ -159,6 +159,8 @@ async def test_doctor_reads_the_real_server(llama: LlamaServer) -> None:
     statuses = {c.name: c.status for c in report.checks}
     assert statuses["reachable"] == "ok" and statuses["streaming"] == "ok" and statuses["errors"] == "ok"
     assert statuses["context window"] == "fail"  # 4096 cannot hold Codex's first prompt
+    fixes = next(c.details for c in report.checks if c.name == "context window")
+    assert any("trained for 8192 tokens" in line for line in fixes)  # -c 32768 would not help
     model = report.recommended["model"]
     assert model["context_window"] == N_CTX
     assert model["extra_body"] == {"temperature": 0.2, "top_p": 0.9, "repeat_penalty": 1.1, "max_tokens": 1024}

@@ -42,7 +42,7 @@ async def test_vllm_max_model_len_in_the_model_list() -> None:
 async def test_llama_cpp_runtime_context_from_props() -> None:
     # llama.cpp's /v1/models carries only the trained size (meta.n_ctx_train): ignored.
     fake = FakeUpstream(model_fields={"fake-model": {"meta": {"n_ctx_train": 8192}}}, endpoints=LLAMA_PROPS)
-    assert await probe(fake) == ContextWindow(2048, "llama.cpp /props n_ctx")
+    assert await probe(fake) == ContextWindow(2048, "llama.cpp /props n_ctx", trained=8192)
 
 
 async def test_ollama_num_ctx_parameter_wins_over_the_trained_length() -> None:

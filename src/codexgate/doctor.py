@@ -330,6 +330,12 @@ class Doctor:
     def _window_fixes(self) -> list[str]:
         server = self.findings.server
         want = RECOMMENDED_WINDOW
+        window = self.findings.window
+        if window is not None and window.trained and window.trained < want:
+            return [
+                f"the model itself was trained for {window.trained} tokens: a larger window needs RoPE "
+                "scaling or a model made for long contexts"
+            ]
         if server == "Ollama":
             return [
                 f"fix: OLLAMA_CONTEXT_LENGTH={want} ollama serve (or PARAMETER num_ctx {want} in a Modelfile)"

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -87,6 +87,10 @@ def window_from_models_entry(entry: Mapping[str, Any]) -> ContextWindow | None:
         tokens = _positive_int(entry.get(field))
         if tokens:
             return ContextWindow(tokens, f"/v1/models {field}")
+    meta = entry.get("meta")  # llama.cpp: only the trained size; the runtime one is in /props
+    trained = _positive_int(meta.get("n_ctx_train")) if isinstance(meta, dict) else None
+    if trained:
+        return ContextWindow(trained, "llama.cpp n_ctx_train", runtime=False, trained=trained)
     return None
 
 
@@ -174,7 +178,11 @@ async def probe_context_window(
         prober.from_ollama(model),
     )
     windows = [w for w in found if w is not None]
-    return next((w for w in windows if w.runtime), windows[0] if windows else None)
+    chosen = next((w for w in windows if w.runtime), windows[0] if windows else None)
+    trained = next((w.trained for w in windows if w.trained), None)
+    if chosen is not None and chosen.trained is None and trained is not None:
+        chosen = replace(chosen, trained=trained)
+    return chosen
 
 
 class ContextWindows:
