@@ -45,6 +45,7 @@ def upstream_target(
         text_tool_calls=upstream.text_tool_calls,
         think_tags=upstream.think_tags,
         default_sampling=upstream.default_sampling,
+        loop_guard=upstream.loop_guard,
         extra_body=dict(upstream.extra_body),
     )
     return UpstreamTarget(

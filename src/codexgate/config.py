@@ -70,6 +70,9 @@ class UpstreamConfig(_Strict):
     # A request with no temperature/top_p (Codex sends none) gets the model family's published
     # values ("auto"), or the server's defaults ("off").
     default_sampling: Literal["auto", "off"] = "auto"
+    # Stop a model that repeats the same text over and over instead of letting it fill the
+    # context window; the response fails with `model_output_loop`, which Codex retries.
+    loop_guard: bool = True
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:

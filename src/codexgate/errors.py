@@ -25,6 +25,7 @@ class Code:
     UPSTREAM_TIMEOUT = "upstream_timeout"  # retried by Codex
     UPSTREAM_STREAM_CUT = "upstream_stream_cut"  # retried by Codex
     UPSTREAM_ERROR = "upstream_error"  # retried by Codex
+    MODEL_OUTPUT_LOOP = "model_output_loop"  # retried by Codex: a new sample often escapes
     NO_UPSTREAM = "no_upstream_configured"
     REQUEST_TOO_LARGE = "request_too_large"
     NOT_FOUND = "not_found"
@@ -174,3 +175,9 @@ class UpstreamModelNotFound(UpstreamError):
     status = 404
     error_type = "invalid_request_error"
     default_code = Code.MODEL_NOT_FOUND
+
+
+class ModelOutputLoop(UpstreamError):
+    """The gateway stopped a generation stuck repeating one piece of text."""
+
+    default_code = Code.MODEL_OUTPUT_LOOP

@@ -157,6 +157,7 @@ class ChatCall:
                 counts=backend.counts,
             ),
             counts=backend.counts,
+            loop_guard=dialect.loop_guard,
         )
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None

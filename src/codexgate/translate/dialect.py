@@ -38,6 +38,8 @@ class ChatDialect:
     # "auto": a request without temperature/top_p gets the model family's published values
     # (translate/sampling.py); "off": the server's own defaults.
     default_sampling: Literal["auto", "off"] = "auto"
+    # Stop a generation whose text has become one unit repeated over and over (translate/loops.py).
+    loop_guard: bool = True
     # merged into every request body (e.g. default sampling for a small model); the client's
     # own values win.
     extra_body: dict[str, Any] = field(default_factory=dict)

@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 
-from codexgate.errors import GatewayError, UpstreamStreamCut
+from codexgate.errors import GatewayError, ModelOutputLoop, UpstreamStreamCut
 from codexgate.translate.content import ContentStage
 from codexgate.translate.envelope import Envelope, chat_usage_to_responses, estimated_usage
+from codexgate.translate.loops import Loop, RepetitionGuard
 from codexgate.translate.patch_grammar import check_custom_input
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.repair import repair_arguments
@@ -88,9 +89,10 @@ class ChatStreamTranslator:
         now: Callable[[], int] = lambda: 0,
         content: ContentStage | None = None,
         counts: Counter[str] | None = None,
+        loop_guard: bool = False,
     ) -> None:
         """`content` post-processes the model's text (think tags, tool calls written as text);
-        `counts` tallies repairs and checks."""
+        `counts` tallies repairs and checks; `loop_guard` stops a model repeating itself."""
         self._env = envelope
         self._tools = tool_map
         self._new_id = new_id
@@ -108,6 +110,9 @@ class ChatStreamTranslator:
         self._output_chars = 0
         self._content = content
         self._counts = counts
+        # one guard for reasoning, one for the answer
+        self._guards = (RepetitionGuard(), RepetitionGuard()) if loop_guard else None
+        self._loop: Loop | None = None
         self.done = False  # a terminal event was produced
         # Events made by a feed() that then raised: the caller sends them before fail()'s.
         self.pending_events: list[Event] = []
@@ -134,6 +139,9 @@ class ChatStreamTranslator:
             delta = choice.get("delta") or choice.get("message") or {}
             if delta:
                 self._delta(delta, events)
+                if self._loop is not None:
+                    self.pending_events = events
+                    raise self._loop_error(self._loop)
             reason = choice.get("finish_reason")
             if reason == "error" or chunk.get("error"):
                 # OpenRouter and others end a failed generation with an error object beside
@@ -214,6 +222,20 @@ class ChatStreamTranslator:
                 if isinstance(call, dict):
                     self._tool_delta(call, position, events)
 
+    def _watch(self, channel: int, text: str) -> None:
+        if self._guards is not None and self._loop is None:
+            self._loop = self._guards[channel].feed(text)
+
+    def _loop_error(self, loop: Loop) -> ModelOutputLoop:
+        if self._counts is not None:
+            self._counts["loops.stopped"] += 1
+        unit = loop.unit if len(loop.unit) <= 80 else loop.unit[:77] + "..."
+        return ModelOutputLoop(
+            f"codexgate stopped the model: it repeated the same {len(loop.unit)} characters at least "
+            f"{loop.repeats} times in a row ({unit!r}). A repetition penalty in the model's settings "
+            "(see `codexgate doctor`) usually prevents this."
+        )
+
     def _content_pieces(self, pieces: list[Any], events: list[Event]) -> None:
         for piece in pieces:
             if isinstance(piece, TextPiece):
@@ -255,6 +277,7 @@ class ChatStreamTranslator:
         r = self._reasoning
         r.parts.append(text)
         self._output_chars += len(text)
+        self._watch(0, text)
         events.append(
             self._event(
                 "response.reasoning_summary_text.delta",
@@ -289,6 +312,7 @@ class ChatStreamTranslator:
         m = self._message
         m.parts.append(text)
         self._output_chars += len(text)
+        self._watch(1, text)
         events.append(
             self._event(
                 "response.output_text.delta",
