@@ -69,3 +69,15 @@ def test_without_upstream_usage_codex_still_gets_usage(tmp_path: Path) -> None:
     assert run.usage is not None
     # Codex's prompt is several thousand tokens: the estimate must be in that range, not zero
     assert 1000 < run.usage["input_tokens"] < 100_000 and run.usage["output_tokens"] > 0
+
+
+def test_a_looping_model_is_stopped_and_codex_says_why(tmp_path: Path) -> None:
+    loop = "I'm sure you'll find them all to your liking.\n\n"
+    with serving(lambda _: text_reply("Sure.\n\n" + loop * 3000, chunk_chars=8)) as (gateway, fake):
+        run = codex(tmp_path, gateway, "hello")
+    assert not run.ok
+    assert any(
+        "codexgate stopped the model" in e and "find them all to your liking" in e for e in run.errors
+    ), run.describe()
+    assert len(fake.requests) >= 2  # Codex retried the turn: a new sample may escape the loop
+    assert fake.disconnects >= 1  # each looping generation was cancelled, not run to its end
