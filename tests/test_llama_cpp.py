@@ -9,7 +9,9 @@ tool calling, so tool scenarios stay on the scripted fakes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +20,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.backends.transport import AiohttpTransport
+from codexgate.cli import main
 from codexgate.config import load_settings
 from codexgate.doctor import Doctor
 from codexgate.setup_command import model_specs
@@ -59,7 +62,9 @@ async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
     transport = AiohttpTransport()
     app = build_app(settings, transport=transport, environ={})
     try:
-        async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=60) as client:
+        async with httpx.AsyncClient(
+            transport=StreamingASGITransport(app), base_url="http://gw", timeout=60
+        ) as client:
             yield client
     finally:
         await transport.aclose()
@@ -112,7 +117,9 @@ async def test_a_prompt_far_over_the_learned_window_is_refused_before_it_is_sent
     assert f"context window of {N_CTX} tokens" in error["message"]  # the gateway's words, from /props
 
 
-async def test_llama_cpps_own_context_error_becomes_context_length_exceeded(gateway: httpx.AsyncClient) -> None:
+async def test_llama_cpps_own_context_error_becomes_context_length_exceeded(
+    gateway: httpx.AsyncClient,
+) -> None:
     # 10 kB of one-token words: under the gateway's conservative bound, over the real window.
     body = {"model": "smollm2", "input": "a " * 5000, "stream": True}
     response = await gateway.post("/v1/responses", json=body)
@@ -163,9 +170,28 @@ async def test_doctor_reads_the_real_server(llama: LlamaServer) -> None:
     assert any("trained for 8192 tokens" in line for line in fixes)  # -c 32768 would not help
     model = report.recommended["model"]
     assert model["context_window"] == N_CTX
-    assert model["extra_body"] == {"temperature": 0.2, "top_p": 0.9, "repeat_penalty": 1.1, "max_tokens": 1024}
+    assert model["extra_body"] == {
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "repeat_penalty": 1.1,
+        "max_tokens": 1024,
+    }
 
 
-def test_codex_setup_takes_the_window_from_props(llama: LlamaServer) -> None:
+def test_codex_setup_takes_the_window_from_props(
+    llama: LlamaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     [spec] = model_specs(load_settings({"upstream": llama.base_url}, environ={}), None, None)
-    assert (spec.slug, spec.context_window, spec.window_source) == ("smollm2", N_CTX, "llama.cpp /props n_ctx")
+    assert (spec.slug, spec.context_window, spec.window_source) == (
+        "smollm2",
+        N_CTX,
+        "llama.cpp /props n_ctx",
+    )
+    monkeypatch.setenv("PATH", "/nonexistent")  # Codex's prompt is not needed here
+    assert main(["codex-setup", "--upstream", llama.base_url, "--codex-home", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "model smollm2: context window 4096 (llama.cpp /props n_ctx)" in out
+    assert "too small for Codex" in err
+    assert (
+        json.loads((tmp_path / "codexgate-models.json").read_text())["models"][0]["context_window"] == N_CTX
+    )

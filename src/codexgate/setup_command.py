@@ -22,6 +22,7 @@ from codexgate.codex_setup import (
     write_codex_setup,
 )
 from codexgate.config import Settings
+from codexgate.doctor import MIN_WINDOW
 
 _PROBE_TIMEOUT = 5.0
 
@@ -130,6 +131,12 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     for spec in specs:
         if spec.context_window:
             print(f"model {spec.slug}: context window {spec.context_window} ({spec.window_source})")
+            if spec.context_window < MIN_WINDOW:
+                print(
+                    f"codexgate: {spec.slug}'s window is too small for Codex (its prompt passes "
+                    f"{MIN_WINDOW} tokens within a few turns); `codexgate doctor` says how to raise it",
+                    file=sys.stderr,
+                )
         else:
             print(f"model {spec.slug}: context window unknown (default used; pass --context-window)")
     print(f"wrote {result.catalog_path}")
