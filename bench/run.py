@@ -620,19 +620,18 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
 
     head("2. Concurrency 64. CPU per event = process CPU (utime+stime) / events delivered to clients")
     sat, dsat, paced = r.get("c64_gw"), r.get("c64_direct"), r.get("c64_paced")
+
+    def both(key: str, digits: int) -> tuple[str, str]:
+        """The saturated figure through the gateway and, when measured, direct."""
+        return f(sat[key], digits=digits), f(dsat[key], digits=digits) if dsat else ""
+
     if not err("c64_gw"):
         note(
             f"2a. saturated: {TYPICAL.chunks}-delta answers back to back, {sat['streams']} streams; "
             f"direct = client to fake upstream"
         )
-        row(
-            "streams/s", f(sat["streams_per_s"], digits=1), f(dsat["streams_per_s"], digits=1) if dsat else ""
-        )
-        row(
-            "events/s delivered (Responses / chat)",
-            f(sat["events_per_s"], digits=0),
-            f(dsat["events_per_s"], digits=0) if dsat else "",
-        )
+        row("streams/s", *both("streams_per_s", 1))
+        row("events/s delivered (Responses / chat)", *both("events_per_s", 0))
         row(
             "gateway CPU per event (us)",
             f(sat["gw_us_per_event"], digits=1),
@@ -647,21 +646,9 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
             f(sat["gw_ms_per_stream"], digits=2),
             f(sat["gw_cores"], digits=2),
         )
-        row(
-            "fake upstream CPU per chunk (us)",
-            f(sat["up_us_per_event"], digits=1),
-            f(dsat["up_us_per_event"], digits=1) if dsat else "",
-        )
-        row(
-            "bench client CPU per event (us)",
-            f(sat["client_us_per_event"], digits=1),
-            f(dsat["client_us_per_event"], digits=1) if dsat else "",
-        )
-        row(
-            "client reads per stream (coalescing)",
-            f(sat["reads_per_stream"], digits=1),
-            f(dsat["reads_per_stream"], digits=1) if dsat else "",
-        )
+        row("fake upstream CPU per chunk (us)", *both("up_us_per_event", 1))
+        row("bench client CPU per event (us)", *both("client_us_per_event", 1))
+        row("client reads per stream (coalescing)", *both("reads_per_stream", 1))
         row(
             "streams ok/failed",
             f"{sat['ok']}/{sat['failed']}",

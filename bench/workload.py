@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -184,26 +185,10 @@ def _test_log(rng: random.Random, n_chars: int) -> str:
     return "\n".join(lines)
 
 
-APPLY_PATCH_GRAMMAR = r"""start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
+# Codex's apply_patch grammar, as the tests use it.
+APPLY_PATCH_GRAMMAR = (
+    Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "apply_patch.lark"
+).read_text()
 
 
 def codex_tools() -> list[JSON]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,12 +35,16 @@ UPSTREAM = "http://upstream.test/v1"
 
 @asynccontextmanager
 async def gateway(
-    script: Any = (), *, fake: FakeUpstream | None = None, **settings: Any
+    script: Any = (), *, fake: FakeUpstream | None = None, config: Path | None = None, **settings: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, FakeUpstream, ASGIUpstreamTransport]]:
+    """The app in-process over a fake upstream at UPSTREAM, or over the upstreams and routes
+    of a TOML `config` file; `settings` as flags would give them."""
     fake = fake or FakeUpstream(script)
     transport = ASGIUpstreamTransport(fake)
-    config = {"upstream": UPSTREAM, "discover": False, "retry_backoff": 0.01, **settings}
-    app = build_app(load_settings(config, environ={}), transport=transport, environ={})
+    flags = {"discover": False, "retry_backoff": 0.01, **settings}
+    if config is None:
+        flags["upstream"] = UPSTREAM
+    app = build_app(load_settings(flags, config, environ={}), transport=transport, environ={})
     async with httpx.AsyncClient(
         transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
     ) as client:

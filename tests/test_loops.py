@@ -5,14 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import httpx
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from codexgate.translate.loops import Loop, RepetitionGuard
-from tests.support.asgi_client import StreamingASGITransport
-from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.openresponses import validate_stream
 from tests.test_app import UPSTREAM, gateway, stream_events, terminal
@@ -99,7 +94,6 @@ async def test_the_loop_guard_can_be_switched_off(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(f'[[upstreams]]\nname = "u"\nbase_url = "{UPSTREAM}"\nloop_guard = false\n')
     fake = FakeUpstream([text_reply(SMOLLM2_LOOP * 100, chunk_chars=50)])
-    app = build_app(load_settings({"discover": False}, config, environ={}), ASGIUpstreamTransport(fake), {})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, config=config) as (client, _, _):
         events = await stream_events(client, {"model": "m", "input": "hi"})
     assert terminal(events)["type"] == "response.completed"

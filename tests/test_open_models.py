@@ -7,13 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
-from tests.support.asgi_client import StreamingASGITransport
-from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.test_app import UPSTREAM, gateway, stream_events, terminal
 
@@ -88,12 +83,7 @@ async def test_start_inside_think_is_configurable_per_upstream(tmp_path: Path) -
             )
         ]
     )
-    app = build_app(
-        load_settings({"discover": False}, config, environ={}),
-        transport=ASGIUpstreamTransport(fake),
-        environ={},
-    )
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, config=config) as (client, _, _):
         events = await stream_events(client, request())
     reasoning, message = outputs(events)
     assert reasoning["summary"][0]["text"].startswith("a long chain of thought")
@@ -108,12 +98,7 @@ async def test_text_tool_calls_can_be_turned_off_per_model(tmp_path: Path) -> No
     )
     text = '<tool_call>{"name": "exec_command", "arguments": {"cmd": "ls"}}</tool_call>'
     fake = FakeUpstream([text_reply(text)])
-    app = build_app(
-        load_settings({"discover": False}, config, environ={}),
-        transport=ASGIUpstreamTransport(fake),
-        environ={},
-    )
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, config=config) as (client, _, _):
         events = await stream_events(client, request())
     [message] = outputs(events)
     assert message["content"][0]["text"] == text
@@ -159,13 +144,8 @@ async def test_a_request_that_cannot_fit_the_known_window_is_refused_before_it_i
         '[[models]]\nname = "roomy"\nmodel = "small"\ncontext_window = 8000\n'
     )
     fake = FakeUpstream([text_reply("fits")])
-    app = build_app(
-        load_settings({"discover": False}, config, environ={}),
-        transport=ASGIUpstreamTransport(fake),
-        environ={},
-    )
     history = "word " * 2000  # 10 kB: at least ~1700 tokens by any tokenizer
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, config=config) as (client, _, _):
         refused = await client.post(
             "/v1/responses", json={"model": "small", "input": history, "stream": True}
         )

@@ -9,14 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from codexgate.app import build_app
 from codexgate.backends.server_info import ContextWindow, ContextWindows, probe_context_window, server_root
-from codexgate.config import load_settings
-from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.test_app import UPSTREAM, gateway
 
-BASE = "http://upstream.test/v1"
+BASE = UPSTREAM
 LLAMA_PROPS = {"/props": {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1}}
 OLLAMA_SHOW = {
     "parameters": 'stop "<|im_end|>"\nnum_ctx 8192\ntemperature 0.7',
@@ -83,9 +81,7 @@ def big_request(model: str = "fake-model") -> dict[str, Any]:
 async def gateway_post(
     fake: FakeUpstream, bodies: list[dict[str, Any]], **settings: Any
 ) -> list[httpx.Response]:
-    config = {"upstream": BASE, "discover": False, **settings}
-    app = build_app(load_settings(config, environ={}), transport=ASGIUpstreamTransport(fake), environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, **settings) as (client, _, _):
         return list(await asyncio.gather(*(client.post("/v1/responses", json=b) for b in bodies)))
 
 
@@ -118,9 +114,7 @@ async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting
             f'[[upstreams]]\nname = "u"\nbase_url = "{BASE}"\n'
             f'[[models]]\nname = "fake-model"\ncontext_window = {value}\n'
         )
-    settings = load_settings({"discover": False}, config, environ={})
-    app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake, config=config) as (client, _, _):
         response = await client.post("/v1/responses", json=big_request())
     assert response.status_code == 200 and "response.completed" in response.text
     assert fake.endpoint_requests == []
@@ -140,9 +134,7 @@ async def test_a_trained_maximum_is_asked_again_until_the_runtime_window_is_know
 
 async def test_learned_windows_show_in_healthz() -> None:
     fake = FakeUpstream([text_reply("hi")], endpoints=LLAMA_PROPS)
-    settings = load_settings({"upstream": BASE, "discover": False}, environ={})
-    app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+    async with gateway(fake=fake) as (client, _, _):
         await client.post("/v1/responses", json={"model": "fake-model", "input": "hello"})
         health = (await client.get("/healthz")).json()
     assert health["context_windows"] == {"default": {"fake-model": 2048}}

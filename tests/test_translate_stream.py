@@ -41,22 +41,7 @@ CODEX_TOOLS: list[dict[str, Any]] = [
                                                      "content": {"type": "string"}}}},
 ]
 
-APPLY_PATCH_GRAMMAR = r"""start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-%import common.LF
-"""
+APPLY_PATCH_GRAMMAR = (Path(__file__).parent / "fixtures" / "apply_patch.lark").read_text()
 
 APPLY_PATCH_TOOL: dict[str, Any] = {
     "type": "custom", "name": "apply_patch",

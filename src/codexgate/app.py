@@ -70,12 +70,10 @@ def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
         "extra_body": {**dialect.extra_body, **model.extra_body},
         "context_window": model.context_window,
     }
-    if model.text_tool_calls is not None:
-        overrides["text_tool_calls"] = model.text_tool_calls
-    if model.think_tags is not None:
-        overrides["think_tags"] = model.think_tags
-    if model.default_sampling is not None:
-        overrides["default_sampling"] = model.default_sampling
+    for name in ("text_tool_calls", "think_tags", "default_sampling"):  # None: the upstream's
+        value = getattr(model, name)
+        if value is not None:
+            overrides[name] = value
     target = replace(upstream.target, dialect=replace(dialect, **overrides))
     return ChatBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.windows)
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
-
+from codexgate.backends.server_info import fetch_json
 from codexgate.backends.transport import Transport
-from codexgate.errors import UpstreamError
 
 log = logging.getLogger("codexgate.discovery")
 
@@ -23,21 +21,8 @@ LOCAL_SERVERS: tuple[tuple[str, str], ...] = (
 
 
 async def _answers_models(transport: Transport, base_url: str, timeout: float) -> bool:
-    try:
-        async with asyncio.timeout(timeout):
-            response = await transport.open("GET", base_url + "/models", {}, None, timeout)
-            try:
-                body = await response.read()
-            finally:
-                await response.aclose()
-    except (UpstreamError, TimeoutError):
-        return False
-    if response.status != 200:
-        return False
-    try:
-        return isinstance(orjson.loads(body), dict)
-    except orjson.JSONDecodeError:
-        return False
+    status, body = await fetch_json(transport, base_url + "/models", {}, timeout)
+    return status == 200 and isinstance(body, dict)
 
 
 async def discover(transport: Transport, timeout: float = 0.5) -> tuple[str, str] | None:

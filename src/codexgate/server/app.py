@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from codexgate.backends.chat import ChatBackend, ChatCall
+from codexgate.backends.server_info import fetch_json, model_entries
 from codexgate.errors import (
     Code,
     GatewayError,
@@ -302,21 +303,6 @@ async def _upstream_model_ids(backend: ChatBackend) -> list[str]:
     target = backend.target
     if target.models:
         return list(target.models)
-    try:
-        async with asyncio.timeout(target.connect_timeout):
-            response = await backend.transport.open(
-                "GET",
-                target.base_url.rstrip("/") + "/models",
-                dict(target.headers),
-                None,
-                target.connect_timeout,
-            )
-            try:
-                body = await response.read()
-            finally:
-                await response.aclose()
-        data = orjson.loads(body) if response.status == 200 else {}
-    except (GatewayError, TimeoutError, orjson.JSONDecodeError):
-        return []
-    items = data.get("data") if isinstance(data, dict) else None
-    return [m["id"] for m in items or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    url = target.base_url.rstrip("/") + "/models"
+    status, body = await fetch_json(backend.transport, url, target.headers, target.connect_timeout)
+    return [m["id"] for m in model_entries(body)] if status == 200 else []
