@@ -53,11 +53,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2, help="answers per prompt and setting (seeds)")
     args = parser.parse_args()
-    card = recommended_sampling("SmolLM2-135M-Instruct", "llama.cpp")
+    # What codexgate recommends on llama.cpp, and the same without the repetition penalty
+    # (only the card's temperature and top_p, which the gateway itself fills in).
+    recommended = recommended_sampling("SmolLM2-135M-Instruct", "llama.cpp").values
+    card = {k: v for k, v in recommended.items() if k in ("temperature", "top_p")}
     settings: dict[str, dict[str, Any]] = {
         "server default (llama.cpp: temperature 0.8, top_p 0.95, top_k 40)": {},
-        f"model card ({', '.join(f'{k} {v}' for k, v in card.values.items())})": dict(card.values),
-        "model card + repeat_penalty 1.1": {**card.values, "repeat_penalty": 1.1},
+        f"model card ({', '.join(f'{k} {v}' for k, v in card.items())})": card,
+        f"recommended ({', '.join(f'{k} {v}' for k, v in recommended.items())})": dict(recommended),
     }
     with run_llama_server(N_CTX, "--alias", "smollm2") as llama:
         print(f"SmolLM2-135M-Instruct, llama.cpp, {N_CTX}-token context, no max_tokens (as Codex sends)")
