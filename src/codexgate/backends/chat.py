@@ -82,42 +82,56 @@ class OnceLog:
 
 
 class _IdleWatchdog:
-    """Fails a wait on the upstream that lasts `idle` seconds.
+    """Fails a wait on the upstream that outlasts its budget: the first byte must arrive by
+    `first_deadline` (the request's whole first-byte budget, retries included), every later
+    byte within `idle` seconds of the one before.
 
     One timer per stream that re-arms itself, instead of a timeout object per chunk: on a
     stream of thousands of small chunks that per-chunk cost was the largest asyncio overhead."""
 
-    def __init__(self, idle: float) -> None:
+    def __init__(self, idle: float, first_deadline: float, started: float) -> None:
         self._idle = idle
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self._since: float | None = None  # when the current wait began; None: not waiting
+        self._started = started
+        self._first_deadline: float | None = first_deadline  # None once a byte arrived
+        self._limit: float | None = None  # when the current wait times out; None: not waiting
         self._fired = False
-        self._handle = self._loop.call_later(idle, self._check)
+        self._handle = self._loop.call_at(first_deadline, self._check)
 
     def _check(self) -> None:
         now = self._loop.time()
-        since = self._since
-        if since is not None and now - since >= self._idle and self._task is not None:
+        limit = self._limit
+        if limit is not None and now >= limit and self._task is not None:
             self._fired = True
             self._task.cancel()
             return
-        self._handle = self._loop.call_at((since if since is not None else now) + self._idle, self._check)
+        self._handle = self._loop.call_at(limit if limit is not None else now + self._idle, self._check)
 
     async def wait(self, step: Awaitable[bytes]) -> bytes:
-        """Raises UpstreamTimeout when the wait outlasts the idle limit."""
-        self._since = self._loop.time()
+        """Raises UpstreamTimeout when the wait outlasts its budget."""
+        first = self._first_deadline
+        self._limit = first if first is not None else self._loop.time() + self._idle
         try:
-            return await step
+            data = await step
+            self._first_deadline = None
+            return data
         except asyncio.CancelledError:
             if self._fired and self._task is not None:
                 self._task.uncancel()
-                raise UpstreamTimeout(
-                    f"The upstream sent nothing for {self._idle:g} seconds (idle timeout)."
-                ) from None
+                raise self._timeout(first) from None
             raise
         finally:
-            self._since = None
+            self._limit = None
+
+    def _timeout(self, first: float | None) -> UpstreamTimeout:
+        if first is not None:
+            waited = self._loop.time() - self._started
+            return UpstreamTimeout(
+                f"The upstream answered but sent no data within {waited:.1f} seconds of the request "
+                f"(idle timeout {self._idle:g} s)."
+            )
+        return UpstreamTimeout(f"The upstream sent nothing for {self._idle:g} seconds (idle timeout).")
 
     def close(self) -> None:
         self._handle.cancel()
@@ -161,6 +175,8 @@ class ChatCall:
         )
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None
+        self._started = 0.0  # loop time when open() began
+        self._first_byte_deadline = 0.0
 
     def _check_fits(self, window: int | None) -> None:
         """Refuse a request that cannot fit the model's window. The bound is deliberately low
@@ -175,18 +191,30 @@ class ChatCall:
             )
 
     async def open(self) -> None:
-        """Send the request. Raises GatewayError (already classified) if the upstream refuses."""
+        """Send the request. Raises GatewayError (already classified) if the upstream refuses.
+
+        The idle timeout is a budget for the whole request, retries included: the first upstream
+        byte must come within it of this call, however many attempts that takes, so a server
+        that accepts connections and never answers fails after `idle_timeout`, not after
+        (connect + idle) x attempts."""
         target = self._target
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        self._first_byte_deadline = self._started + target.idle_timeout
         window = target.dialect.context_window
         if window is None and self._backend.windows is not None:
-            window = await self._backend.windows.get(self._upstream_model)
+            try:  # at most half the budget: a server deaf to probes may still answer chat
+                async with asyncio.timeout(target.idle_timeout / 2):
+                    window = await self._backend.windows.get(self._upstream_model)
+            except TimeoutError:
+                window = None
         self._check_fits(window)
         url = target.base_url.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
         attempt = 0
         while True:
             try:
-                response = await self._open_once(url, headers)
+                response = await self._open_once(url, headers, attempt)
                 if response.status == 200:
                     self._response = response
                     self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
@@ -205,24 +233,29 @@ class ChatCall:
                 wait = 0.0  # most often a pooled connection the server had just closed
             else:
                 wait = target.retry_backoff * 2**attempt * random.uniform(0.9, 1.1)
-            if wait > target.max_retry_wait:
-                raise error
+            if wait > target.max_retry_wait or loop.time() + wait >= self._first_byte_deadline:
+                raise error  # no time left in the request's budget for another attempt
             attempt += 1
             log.info("upstream %s: %s; retry %d in %.2fs", target.name, error.message, attempt, wait)
             await asyncio.sleep(wait)
 
-    async def _open_once(self, url: str, headers: dict[str, str]) -> UpstreamResponse:
-        """One attempt. An upstream that accepts the connection but sends no headers counts as
-        idle, like one that stops mid-stream: bounded by the idle timeout."""
+    async def _open_once(self, url: str, headers: dict[str, str], attempt: int) -> UpstreamResponse:
+        """One attempt, within what is left of the request's first-byte budget. An upstream that
+        accepts the connection but sends no headers counts as idle, like one that stops
+        mid-stream."""
         target = self._target
+        loop = asyncio.get_running_loop()
+        remaining = self._first_byte_deadline - loop.time()
         try:
-            async with asyncio.timeout(target.connect_timeout + target.idle_timeout):
+            async with asyncio.timeout_at(self._first_byte_deadline):
                 return await self._backend.transport.open(
-                    "POST", url, headers, self._body, target.connect_timeout
+                    "POST", url, headers, self._body, min(target.connect_timeout, max(remaining, 0.001))
                 )
         except TimeoutError:
+            attempts = f"{attempt + 1} attempts" if attempt else "1 attempt"
             raise UpstreamTimeout(
-                f"The upstream sent no response for {target.idle_timeout:g} seconds (idle timeout)."
+                f"The upstream sent no response within {loop.time() - self._started:.1f} seconds "
+                f"(idle timeout {target.idle_timeout:g} s, {attempts})."
             ) from None
 
     async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
@@ -303,7 +336,9 @@ class ChatCall:
         takes to read what was already sent does not. Raises StopAsyncIteration at EOF."""
         watchdog = self._watchdog
         if watchdog is None:
-            watchdog = self._watchdog = _IdleWatchdog(self._target.idle_timeout)
+            watchdog = self._watchdog = _IdleWatchdog(
+                self._target.idle_timeout, self._first_byte_deadline, self._started
+            )
         try:
             return await watchdog.wait(anext(chunks))
         except UpstreamConnectError as exc:
