@@ -174,6 +174,7 @@ async def test_openai_sdk_non_streaming_and_error_types() -> None:
             "upstream_authentication_failed",
         ),
         (error_reply(404, openai_error("The model `nope` does not exist")), 404, "model_not_found"),
+        (error_reply(404, {"detail": "Not Found"}), 400, "upstream_wrong_url"),
         (error_reply(422, {"detail": "unprocessable"}), 400, "invalid_request_error"),
     ],
 )

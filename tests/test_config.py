@@ -49,12 +49,12 @@ def test_boolean_environment_values() -> None:
         ('idle_timeout = "soon"', "idle_timeout"),
         ("unknown_key = 1", "unknown_key"),
         ('[[upstreams]]\nname = "a"\n', "base_url"),
-        ('[[upstreams]]\nname = "a"\nbase_url = "x"\n[[upstreams]]\nname = "a"\nbase_url = "y"\n', "unique"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\n[[upstreams]]\nname = "a"\nbase_url = "http://y/v1"\n', "unique"),
         (
-            '[[upstreams]]\nname = "a"\nbase_url = "x"\n[[models]]\nname = "m"\nupstream = "zz"\n',
+            '[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\n[[models]]\nname = "m"\nupstream = "zz"\n',
             "unknown upstream",
         ),
-        ('[[upstreams]]\nname = "a"\nbase_url = "x"\ndeveloper_role = "boss"\n', "developer_role"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\ndeveloper_role = "boss"\n', "developer_role"),
         ("port = [", "not valid TOML"),
     ],
 )
@@ -77,3 +77,64 @@ def test_api_key_comes_from_the_named_environment_variable() -> None:
     settings = load_settings({"upstream": "http://a/v1", "upstream_api_key_env": "MY_KEY"}, environ={})
     target = upstream_target(settings.all_upstreams()[0], settings, {"MY_KEY": "sk-123"})
     assert target.headers["authorization"] == "Bearer sk-123"
+
+
+@pytest.mark.parametrize(
+    "url,fragment",
+    [
+        ("not a url", "is not a URL"),
+        ("localhost:11434", "did you mean http://localhost:11434/v1?"),
+        ("ftp://127.0.0.1/v1", "must use http:// or https://"),
+        ("http:///v1", "has no host"),
+        ("http://127.0.0.1:11434/v1/chat/completions", "names an endpoint; give the API base"),
+        ("http://127.0.0.1:8080/v1/models", "http://127.0.0.1:8080/v1"),
+        ("http://127.0.0.1:99999/v1", "bad port"),
+    ],
+)
+def test_upstream_urls_are_checked_at_start_with_the_fix(url: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"upstream": url}, environ={})
+    assert fragment in str(info.value) and "--upstream" in str(info.value)
+
+
+def test_a_bad_url_in_the_file_names_the_upstream_table(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "a"\nbase_url = "127.0.0.1:8000"\n')
+    with pytest.raises(ConfigError, match=r"upstreams\.0\.base_url .*did you mean http://127.0.0.1:8000/v1"):
+        load_settings({}, config, environ={})
+
+
+@pytest.mark.parametrize(
+    "cli,environ,fragment",
+    [
+        ({"log_level": "loud"}, {}, "log_level = 'loud' (from --log-level): must be 'debug', 'info'"),
+        ({"port": 99999}, {}, "port = 99999 (from --port): must be less than or equal to 65535"),
+        ({}, {"CODEXGATE_PORT": "eighty"}, "port = 'eighty' (from CODEXGATE_PORT)"),
+        ({}, {"CODEXGATE_IDLE_TIMEOUT": "soon"}, "(from CODEXGATE_IDLE_TIMEOUT)"),
+    ],
+)
+def test_bad_values_name_where_they_came_from(cli: dict[str, object], environ: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(cli, environ=environ)
+    assert fragment in str(info.value)
+
+
+def test_log_level_is_case_insensitive() -> None:
+    assert load_settings({"log_level": "DEBUG"}, environ={}).log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    "toml,suggestion",
+    [
+        ("idle_timout = 3", "did you mean 'idle_timeout'?"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\napi_key_evn = "K"\n', "did you mean 'api_key_env'?"),
+        ('[[models]]\nname = "m"\ncontext_windw = 8\n[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n',
+         "did you mean 'context_window'?"),
+    ],
+)
+def test_unknown_keys_suggest_the_nearest_known_one(tmp_path: Path, toml: str, suggestion: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert suggestion in str(info.value) and str(config) in str(info.value)

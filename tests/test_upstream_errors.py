@@ -13,6 +13,7 @@ from codexgate.errors import (
     UpstreamBadRequest,
     UpstreamModelNotFound,
     UpstreamServerError,
+    UpstreamWrongURL,
 )
 from codexgate.translate.upstream_errors import PROSE_PATTERNS, classify, parse_retry_after
 
@@ -32,7 +33,11 @@ def err(message: str, code: object = None, kind: object = None) -> dict[str, obj
         (529, err("x", kind="overloaded_error"), Overloaded, "server_is_overloaded"),
         (401, err("no"), UpstreamAuthError, "upstream_authentication_failed"),
         (403, b"forbidden", UpstreamAuthError, "upstream_authentication_failed"),
-        (404, err("nope"), UpstreamModelNotFound, "model_not_found"),
+        (404, err("nope"), UpstreamWrongURL, "upstream_wrong_url"),
+        (404, {"detail": "Not Found"}, UpstreamWrongURL, "upstream_wrong_url"),
+        (404, b"404 page not found", UpstreamWrongURL, "upstream_wrong_url"),
+        (404, err("no such thing", code="model_not_found"), UpstreamModelNotFound, "model_not_found"),
+        (404, err("The model `x` does not exist.", kind="NotFoundError"), UpstreamModelNotFound, "model_not_found"),
         (500, b"<html>oops</html>", UpstreamServerError, "upstream_error"),
         (413, b"too big", ContextLengthExceeded, "context_length_exceeded"),
         (422, {"detail": [{"msg": "field required"}]}, UpstreamBadRequest, "invalid_request_error"),

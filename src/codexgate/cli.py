@@ -5,54 +5,81 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from codexgate import __version__
-from codexgate.config import ConfigError, Settings, load_settings
+from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings
+
+
+def _setting_flag(parser: argparse.ArgumentParser, name: str, help: str, **kwargs: Any) -> None:
+    """A flag for the setting `name`, its help ending with the default and the environment
+    variable that sets it too. The argparse default is None so that only flags the user typed
+    override the environment and the file."""
+    env = ENV_PREFIX + name.upper()
+    flag = kwargs.pop("flag", "--" + name.replace("_", "-"))
+    if kwargs.get("action") == "store_const":  # a switch: say the value the variable takes
+        suffix = f"env {env}={str(kwargs['const']).lower()}"
+    else:
+        default = Settings.model_fields[name].get_default(call_default_factory=True)
+        suffix = f"env {env}" if default is None else f"default {default}; env {env}"
+    parser.add_argument(flag, dest=name, help=f"{help} ({suffix})", **kwargs)
 
 
 def _serve_flags(parser: argparse.ArgumentParser) -> None:
-    # Defaults are None so that only flags the user typed override env and file.
-    parser.add_argument("--config", type=Path, help="TOML file with upstreams and model routes")
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to listen on (default 8787)")
     parser.add_argument(
-        "--upstream", help="base URL of one Chat Completions server, e.g. http://127.0.0.1:11434/v1"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"TOML file with upstreams and model routes (env {ENV_PREFIX}CONFIG)",
     )
-    parser.add_argument("--upstream-api-key-env", help="environment variable holding the upstream's API key")
-    parser.add_argument("--idle-timeout", type=float, help="seconds without an upstream event before failing")
-    parser.add_argument("--connect-timeout", type=float, help="seconds to connect to an upstream")
-    parser.add_argument(
-        "--max-retries", type=int, help="retries of connect errors and 5xx before the first byte"
+    _setting_flag(parser, "host", "address to listen on", metavar="ADDRESS")
+    _setting_flag(parser, "port", "port to listen on", type=int, metavar="PORT")
+    _setting_flag(
+        parser,
+        "upstream",
+        "base URL of one Chat Completions server, e.g. http://127.0.0.1:11434/v1 "
+        "(default: look for a local one)",
+        metavar="URL",
     )
-    parser.add_argument("--max-body-bytes", type=int, help="largest request body accepted")
-    parser.add_argument(
-        "--no-discover",
-        dest="discover",
+    _setting_flag(
+        parser, "upstream_api_key_env", "environment variable holding the upstream's API key", metavar="VAR"
+    )
+    _setting_flag(
+        parser,
+        "idle_timeout",
+        "seconds the upstream may stay silent, before its first byte (retries included) and between events",
+        type=float,
+        metavar="SECONDS",
+    )
+    _setting_flag(
+        parser, "connect_timeout", "seconds to connect to an upstream", type=float, metavar="SECONDS"
+    )
+    _setting_flag(
+        parser,
+        "max_retries",
+        "retries of connect errors and 5xx before the first byte",
+        type=int,
+        metavar="N",
+    )
+    _setting_flag(parser, "max_body_bytes", "largest request body accepted", type=int, metavar="BYTES")
+    _setting_flag(
+        parser,
+        "discover",
+        "do not look for a local model server when no upstream is given",
+        flag="--no-discover",
         action="store_const",
         const=False,
-        help="do not look for a local model server when no upstream is given",
     )
-    parser.add_argument("--log-level", help="debug, info, warning, error")
+    _setting_flag(parser, "log_level", "debug, info, warning, error or critical", metavar="LEVEL")
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
-    fields = (
-        "host",
-        "port",
-        "upstream",
-        "upstream_api_key_env",
-        "idle_timeout",
-        "connect_timeout",
-        "max_retries",
-        "max_body_bytes",
-        "discover",
-        "log_level",
-    )
-    cli: dict[str, Any] = {name: getattr(args, name, None) for name in fields}
+    fields = [name for name in Settings.model_fields if name in vars(args)]
+    cli: dict[str, Any] = {name: getattr(args, name) for name in fields}
     return load_settings(cli, args.config)
 
 
@@ -95,6 +122,9 @@ def _codex_setup(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from codexgate.doctor_command import run_doctor
 
+    # doctor shares serve's variables for the upstream and its key
+    args.upstream = args.upstream or os.environ.get(ENV_PREFIX + "UPSTREAM") or None
+    args.api_key_env = args.api_key_env or os.environ.get(ENV_PREFIX + "UPSTREAM_API_KEY_ENV") or None
     return run_doctor(args)
 
 
@@ -105,16 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"codexgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the gateway")
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway",
+        description=(
+            "Serve the OpenAI Responses API (/v1/responses, /v1/models) to Codex over a Chat "
+            "Completions server. Every flag is also an environment variable and a key of the --config "
+            "file; flags win over the environment, which wins over the file."
+        ),
+    )
     _serve_flags(serve)
     serve.set_defaults(run=_serve)
 
     setup = commands.add_parser(
-        "codex-setup", help="write the Codex profile and model catalog for the gateway"
+        "codex-setup",
+        help="write the Codex profile and model catalog for the gateway",
+        description=(
+            "Write a Codex profile and model catalog (model_catalog_json) into the Codex home, so that "
+            "Codex reaches the gateway and knows each model's tools and context window; prints the "
+            "command that runs Codex through it. Takes the same settings as `serve` (the gateway's "
+            "address and upstream); with no upstream it looks for a local model server like `serve`."
+        ),
     )
     _serve_flags(setup)
     setup.add_argument(
-        "--gateway-url", help="the gateway's URL as Codex reaches it (default from --host/--port)"
+        "--gateway-url",
+        metavar="URL",
+        help="the gateway's URL as Codex reaches it (default http://HOST:PORT from --host/--port)",
     )
     setup.add_argument(
         "--model",
@@ -123,9 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="model to set up (repeatable; default: the routed models, else the upstream's)",
     )
-    setup.add_argument("--context-window", type=int, help="context window for models with none configured")
     setup.add_argument(
-        "--codex-home", type=Path, help="Codex home to write into (default $CODEX_HOME or ~/.codex)"
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="context window for models with none configured (default: what the server reports)",
+    )
+    setup.add_argument(
+        "--codex-home",
+        type=Path,
+        metavar="DIR",
+        help="Codex home to write into (default $CODEX_HOME, else ~/.codex)",
     )
     setup.add_argument("--profile", default="codexgate", help="Codex profile name (default codexgate)")
     setup.set_defaults(run=_codex_setup)
@@ -138,9 +193,26 @@ def build_parser() -> argparse.ArgumentParser:
             "tool calls, reasoning, context window, errors. Exits 1 when something would break Codex."
         ),
     )
-    doctor.add_argument("--upstream", required=True, help="base URL, e.g. http://127.0.0.1:8080/v1")
+    doctor.add_argument(
+        "--upstream",
+        metavar="URL",
+        help=(
+            "base URL, e.g. http://127.0.0.1:8080/v1 "
+            f"(default: look for a local server; env {ENV_PREFIX}UPSTREAM)"
+        ),
+    )
+    doctor.add_argument(
+        "--no-discover",
+        dest="discover",
+        action="store_false",
+        help="do not look for a local model server when no upstream is given",
+    )
     doctor.add_argument("--model", help="model to probe (default: the first the server lists)")
-    doctor.add_argument("--api-key-env", help="environment variable holding the upstream's API key")
+    doctor.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help=f"environment variable holding the upstream's API key (env {ENV_PREFIX}UPSTREAM_API_KEY_ENV)",
+    )
     doctor.add_argument("--timeout", type=float, default=120.0, help="seconds per probe (default 120)")
     doctor.add_argument(
         "--write", type=Path, metavar="CONFIG", help="merge the recommended settings into this TOML file"

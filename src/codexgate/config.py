@@ -19,13 +19,16 @@ TOML layout (all keys optional)::
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from codexgate.translate.dialect import DeveloperRole, ReasoningReplay, ThinkMode
 from codexgate.translate.textcalls import MODES as TEXT_TOOL_CALL_MODES
@@ -41,6 +44,48 @@ class ConfigError(Exception):
 def _check_text_tool_calls(mode: str) -> None:
     if mode not in TEXT_TOOL_CALL_MODES:
         raise ValueError(f"text_tool_calls must be one of {', '.join(TEXT_TOOL_CALL_MODES)}, not {mode!r}")
+
+
+# Paths that end an endpoint rather than an API base: the gateway appends /chat/completions
+# (and /models) to the base URL itself.
+_ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/responses", "/models", "/api/chat",
+                      "/api/generate", "/embeddings")  # fmt: skip
+
+
+_HOST = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
+
+
+def check_upstream_url(url: str) -> str:
+    """The base URL of a Chat Completions API, such as http://127.0.0.1:11434/v1. Raises
+    ValueError with the fix when it is not one."""
+    text = url.strip()
+    parts = urlsplit(text)
+    if "://" not in text:
+        guess = f"http://{text.lstrip('/')}"
+        if _HOST.match(urlsplit(guess).hostname or ""):
+            if not urlsplit(guess).path.strip("/"):
+                guess = guess.rstrip("/") + "/v1"
+            raise ValueError(f"upstream URL {url!r} has no scheme; did you mean {guess}?")
+        raise ValueError(f"upstream URL {url!r} is not a URL; give one like http://127.0.0.1:11434/v1")
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"upstream URL {url!r} must use http:// or https://, not {parts.scheme}://")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number or out of range
+    except ValueError as exc:
+        raise ValueError(f"upstream URL {url!r} has a bad port: {exc}") from None
+    if not parts.hostname or not _HOST.match(parts.hostname):
+        raise ValueError(f"upstream URL {url!r} has no host, e.g. http://127.0.0.1:11434/v1")
+    path = parts.path.rstrip("/")
+    for suffix in _ENDPOINT_SUFFIXES:
+        if path.endswith(suffix):
+            base = text[: text.index(parts.netloc) + len(parts.netloc)] + path[: -len(suffix)]
+            raise ValueError(
+                f"upstream URL {url!r} names an endpoint; give the API base the gateway appends "
+                f"{suffix} to: {base}"
+            )
+    if parts.query or parts.fragment:
+        raise ValueError(f"upstream URL {url!r} must not carry a query or fragment")
+    return text
 
 
 class _Strict(BaseModel):
@@ -79,6 +124,11 @@ class UpstreamConfig(_Strict):
         _check_text_tool_calls(self.text_tool_calls)
         return self
 
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        return check_upstream_url(value)
+
 
 class ModelConfig(_Strict):
     name: str
@@ -100,9 +150,12 @@ class ModelConfig(_Strict):
         return self
 
 
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+
 class Settings(_Strict):
     host: str = "127.0.0.1"
-    port: int = 8787
+    port: int = Field(default=8787, ge=1, le=65535)
     upstream: str | None = None  # one upstream given by flag or env: becomes "default"
     upstream_api_key_env: str | None = None
     idle_timeout: float = 300.0
@@ -112,9 +165,19 @@ class Settings(_Strict):
     max_retry_wait: float = 30.0
     max_body_bytes: int = 64 * 1024 * 1024
     discover: bool = True  # look for a local model server when no upstream is configured
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_log_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str | None) -> str | None:
+        return check_upstream_url(value) if value else value
 
     @model_validator(mode="after")
     def _check_routes(self) -> Settings:
@@ -159,11 +222,13 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build the settings. `cli` holds only the flags the user gave (None values are ignored).
-    Raises ConfigError with a readable message."""
+    Raises ConfigError with a readable message: where the bad value came from (flag,
+    environment variable or file) and, for an unknown key, the nearest known one."""
     environ = os.environ if environ is None else environ
     if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
         config_file = Path(environ[ENV_PREFIX + "CONFIG"])
     merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     if config_file is not None:
         try:
             merged.update(tomllib.loads(config_file.read_text()))
@@ -171,12 +236,34 @@ def load_settings(
             raise ConfigError(f"config file not found: {config_file}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
-    merged.update(_from_env(environ))
-    merged.update({k: v for k, v in (cli or {}).items() if v is not None})
+        sources.update((key, f"in {config_file}") for key in merged)
+    from_env = _from_env(environ)
+    merged.update(from_env)
+    sources.update((key, f"from {ENV_PREFIX}{key.upper()}") for key in from_env)
+    flags = {k: v for k, v in (cli or {}).items() if v is not None}
+    merged.update(flags)
+    sources.update((key, f"from --{key.replace('_', '-')}") for key in flags)
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_describe(e, sources) for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
+
+
+_TABLE_FIELDS = {"upstreams": UpstreamConfig.model_fields, "models": ModelConfig.model_fields}
+
+
+def _describe(error: Any, sources: Mapping[str, str]) -> str:
+    """One validation error as a line a person can act on."""
+    loc = [str(p) for p in error["loc"]]
+    where = ".".join(loc) or "settings"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        known = _TABLE_FIELDS.get(loc[0], Settings.model_fields) if len(loc) > 1 else Settings.model_fields
+        close = difflib.get_close_matches(loc[-1], list(known), n=1, cutoff=0.6)
+        message = "unknown setting" + (f"; did you mean {close[0]!r}?" if close else "")
+    message = message.replace("Input should be", "must be")
+    source = sources.get(loc[0]) if loc else None
+    value = error.get("input")
+    shown = f" = {value!r}" if isinstance(value, (str, int, float)) and len(loc) == 1 else ""
+    return f"{where}{shown} ({source}): {message}" if source else f"{where}{shown}: {message}"

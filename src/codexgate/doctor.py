@@ -19,11 +19,11 @@ import orjson
 from codexgate.backends.server_info import (
     ContextWindow,
     fetch_json,
-    model_entries,
     probe_context_window,
     server_root,
 )
 from codexgate.backends.transport import Transport
+from codexgate.discovery import list_models
 from codexgate.errors import UpstreamConnectError, UpstreamError
 from codexgate.translate.content import ContentStage
 from codexgate.translate.sampling import recommended_sampling, turn_token_cap
@@ -153,21 +153,18 @@ class Doctor:
     async def _reachable(self) -> Check:
         f = self.findings
         started = time.perf_counter()
-        status, body = await fetch_json(self.transport, self.base + "/models", self.headers, self.timeout)
+        listing = await list_models(self.transport, self.base, self.headers, self.timeout)
         elapsed_ms = (time.perf_counter() - started) * 1000
-        if status == 0:
-            return Check("reachable", "fail", f"nothing answered at {self.base}/models")
-        if status in (401, 403):
-            return Check("reachable", "fail", f"{status}: the server wants an API key (--api-key-env)")
-        f.models = [e["id"] for e in model_entries(body)] if status == 200 else []
+        cause = listing.cause
+        if cause in ("unreachable", "refused", "wrong_path"):
+            return Check("reachable", "fail", listing.problem() or "")
+        f.models = listing.models
         f.server = await self._identify_server()
         server = f.server or "an OpenAI-compatible server"
         if not f.models:
             if f.model is None:
-                return Check(
-                    "reachable", "fail", f"{server} answered {status} but lists no models; pass --model"
-                )
-            details = [f"GET /models answered {status}"]
+                return Check("reachable", "fail", f"{server}: {listing.problem()} (--model)")
+            details = [f"GET /models answered {listing.status}"]
             return Check("reachable", "warn", f"{server}; no model list, using {f.model}", details)
         if f.model is None:
             f.model = f.models[0]

@@ -15,9 +15,28 @@ from rich.markup import escape
 from rich.status import Status
 
 from codexgate.backends.transport import AiohttpTransport
+from codexgate.config import ConfigError, check_upstream_url
+from codexgate.discovery import discover as discover_server
+from codexgate.discovery import not_found_message
 from codexgate.doctor import Doctor, Report
 
 _MARKS = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "fail": "[red]✗[/]", "skip": "[dim]-[/]"}
+
+
+async def find_upstream(transport: AiohttpTransport, given: str | None, discover: bool) -> str:
+    """The upstream to probe: the one given (checked), else the local server `serve` would find.
+    Raises ConfigError with the fix."""
+    if given:
+        try:
+            return check_upstream_url(given)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    found = await discover_server(transport) if discover else None
+    if found is None:
+        raise ConfigError(not_found_message(discover))
+    name, url = found
+    print(f"found {name} at {url}")
+    return url
 
 
 async def _run(args: argparse.Namespace, console: Console) -> Report:
@@ -29,6 +48,11 @@ async def _run(args: argparse.Namespace, console: Console) -> Report:
         else:
             console.print(f"[yellow]{args.api_key_env} is not set; probing without a key[/]")
     transport = AiohttpTransport()
+    try:
+        upstream = await find_upstream(transport, args.upstream, args.discover)
+    except ConfigError:
+        await transport.aclose()
+        raise
     status: Status | None = None
     if console.is_terminal:
         status = console.status("starting")
@@ -42,7 +66,7 @@ async def _run(args: argparse.Namespace, console: Console) -> Report:
 
     try:
         doctor = Doctor(
-            transport, args.upstream, headers=headers, model=args.model, timeout=args.timeout, on_step=on_step
+            transport, upstream, headers=headers, model=args.model, timeout=args.timeout, on_step=on_step
         )
         return await doctor.run()
     finally:

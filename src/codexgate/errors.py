@@ -21,6 +21,7 @@ class Code:
     INVALID_REQUEST = "invalid_request_error"
     MODEL_NOT_FOUND = "model_not_found"
     UPSTREAM_AUTH = "upstream_authentication_failed"
+    UPSTREAM_WRONG_URL = "upstream_wrong_url"  # Codex: final (a 400), shows the message at once
     UPSTREAM_UNREACHABLE = "upstream_unreachable"  # retried by Codex
     UPSTREAM_TIMEOUT = "upstream_timeout"  # retried by Codex
     UPSTREAM_STREAM_CUT = "upstream_stream_cut"  # retried by Codex
@@ -175,6 +176,17 @@ class UpstreamModelNotFound(UpstreamError):
     status = 404
     error_type = "invalid_request_error"
     default_code = Code.MODEL_NOT_FOUND
+
+
+class UpstreamWrongURL(UpstreamError):
+    """The upstream answered 404 for its own API path: the configured base URL is wrong.
+
+    A 400, not a 5xx: Codex neither retries a 400 nor replaces its message, so the user reads
+    at once what to fix; a 5xx would be retried 30 times and end as "high demand"."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    default_code = Code.UPSTREAM_WRONG_URL
 
 
 class ModelOutputLoop(UpstreamError):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codexgate.app import upstream_target
-from codexgate.backends.server_info import ContextWindow, fetch_json, model_entries, probe_context_window
+from codexgate.backends.server_info import ContextWindow, probe_context_window
 from codexgate.backends.transport import AiohttpTransport
 from codexgate.codex_setup import (
     FALLBACK_BASE_INSTRUCTIONS,
@@ -21,7 +21,8 @@ from codexgate.codex_setup import (
     codex_base_instructions,
     write_codex_setup,
 )
-from codexgate.config import Settings
+from codexgate.config import ConfigError, Settings
+from codexgate.discovery import discover, list_models, not_found_message
 from codexgate.doctor import MIN_WINDOW
 
 _PROBE_TIMEOUT = 5.0
@@ -29,7 +30,8 @@ _PROBE_TIMEOUT = 5.0
 
 async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str], dict[str, ContextWindow]]:
     """The single upstream's model list (when needed) and the context window the server reports
-    for each model asked for (vLLM /v1/models, llama.cpp /props, Ollama, LM Studio)."""
+    for each model asked for (vLLM /v1/models, llama.cpp /props, Ollama, LM Studio). Raises
+    ConfigError, worded by cause, when the models must come from an upstream that has none."""
     upstreams = {u.name: u for u in settings.all_upstreams()}
     routed = {m.name: m for m in settings.models}
     transport = AiohttpTransport()
@@ -37,10 +39,11 @@ async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str]
         listed: list[str] = []
         if not names and not routed and len(upstreams) == 1:
             target = upstream_target(next(iter(upstreams.values())), settings, os.environ)
-            status, body = await fetch_json(
-                transport, target.base_url + "/models", target.headers, target.connect_timeout
-            )
-            listed = [e["id"] for e in model_entries(body)] if status == 200 else []
+            listing = await list_models(transport, target.base_url, target.headers, target.connect_timeout)
+            problem = listing.problem()
+            if problem is not None:
+                raise ConfigError(f"no models to set up from the upstream: {problem}")
+            listed = listing.models
         chosen = names or list(routed) or listed
         probes = {}
         for name in chosen:
@@ -103,7 +106,29 @@ def _base_instructions() -> str:
     return FALLBACK_BASE_INSTRUCTIONS
 
 
+def _with_local_server(settings: Settings) -> Settings:
+    """With no upstream configured, the local model server `serve` would find. Raises
+    ConfigError when there is none."""
+    if settings.all_upstreams() or not settings.discover:
+        return settings
+
+    async def find() -> tuple[str, str] | None:
+        transport = AiohttpTransport()
+        try:
+            return await discover(transport)
+        finally:
+            await transport.aclose()
+
+    found = asyncio.run(find())
+    if found is None:
+        raise ConfigError(not_found_message(True))
+    name, url = found
+    print(f"found {name} at {url}")
+    return settings.model_copy(update={"upstream": url})
+
+
 def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
+    settings = _with_local_server(settings)
     specs = model_specs(settings, args.setup_models, args.context_window)
     if not specs:
         print(

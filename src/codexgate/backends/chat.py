@@ -219,7 +219,7 @@ class ChatCall:
                     self._response = response
                     self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
                     return
-                error = await self._error_from(response)
+                error = await self._error_from(response, url)
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
                 # unless its body says something final such as a context overflow.
                 retryable = response.status >= 500 and isinstance(error, (UpstreamServerError, Overloaded))
@@ -258,14 +258,14 @@ class ChatCall:
                 f"(idle timeout {target.idle_timeout:g} s, {attempts})."
             ) from None
 
-    async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
+    async def _error_from(self, response: UpstreamResponse, url: str) -> UpstreamError:
         try:
             body = await asyncio.wait_for(response.read(), self._target.connect_timeout)
         except (TimeoutError, UpstreamError):
             body = b""
         finally:
             await response.aclose()
-        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers)
+        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers, url)
 
     async def events(self) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`; the last batch holds the terminal event.

@@ -20,6 +20,7 @@ from codexgate.errors import (
     UpstreamError,
     UpstreamModelNotFound,
     UpstreamServerError,
+    UpstreamWrongURL,
 )
 
 # Codes or types that upstreams put in their error object.
@@ -33,6 +34,7 @@ _BY_CODE: dict[str, type[UpstreamError]] = {
     "server_is_overloaded": Overloaded,
     "overloaded_error": Overloaded,
     "slow_down": Overloaded,
+    "model_not_found": UpstreamModelNotFound,
 }
 
 # Prose patterns, for upstreams with no usable code (vLLM, Ollama, OpenRouter, LM Studio...).
@@ -100,10 +102,13 @@ def _error_object(body: bytes | Mapping[str, Any]) -> tuple[str, str | None, str
 
 
 def classify(
-    status: int, body: bytes | Mapping[str, Any], headers: Mapping[str, str] | None = None
+    status: int,
+    body: bytes | Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+    url: str | None = None,
 ) -> UpstreamError:
     """An upstream failure as the exception the gateway reports. `status` 0 means an error
-    object inside an otherwise successful stream."""
+    object inside an otherwise successful stream; `url`, what was asked, names a wrong path."""
     headers = headers or {}
     message, code, kind = _error_object(body)
     if status == 0 and code is not None and code.isdigit() and 400 <= int(code) < 600:
@@ -128,7 +133,13 @@ def classify(
         elif status in (401, 403):
             cls = UpstreamAuthError
         elif status == 404:
-            cls = UpstreamModelNotFound
+            # No word of a model in it: the path itself is unknown, so the base URL is wrong.
+            where = f" at {url}" if url else ""
+            return UpstreamWrongURL(
+                f"The upstream answered 404 Not Found{where}, with no sign of an unknown model: the "
+                "upstream URL is probably wrong. It must be the API base the gateway appends "
+                f"/chat/completions to, such as http://127.0.0.1:11434/v1. Upstream said: {text[:300]}"
+            )
         elif status == 503:
             cls = Overloaded
         elif status >= 500 or status == 0:
