@@ -1,0 +1,109 @@
+"""What a new user meets first: doctor and codex-setup on a wrong, dead or empty upstream,
+worded by cause, and a gateway pointed at a wrong path."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codexgate.cli import main
+from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.support.servers import run_asgi_server
+from tests.test_app import gateway
+
+
+async def not_found_everywhere(scope: Any, receive: Any, send: Any) -> None:
+    """A web server, but not an OpenAI API at this path (FastAPI's default 404)."""
+    if scope["type"] != "http":
+        return
+    await send(
+        {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]}
+    )
+    await send({"type": "http.response.body", "body": json.dumps({"detail": "Not Found"}).encode()})
+
+
+async def no_models(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+    )
+    await send({"type": "http.response.body", "body": json.dumps({"object": "list", "data": []}).encode()})
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"  # closed once the block ends
+
+
+def test_doctor_says_unreachable_for_a_dead_server(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--upstream", closed_port_url(), "--timeout", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "unreachable: nothing answers at http://127.0.0.1:" in out
+
+
+def test_doctor_says_wrong_path_for_a_server_without_the_api_there(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with run_asgi_server(not_found_everywhere) as url:
+        assert main(["doctor", "--upstream", url, "--timeout", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "wrong path" in out and f"(try {url}/v1)" in out
+
+
+def test_doctor_says_no_models_for_an_empty_server(capsys: pytest.CaptureFixture[str]) -> None:
+    with run_asgi_server(no_models) as url:
+        assert main(["doctor", "--upstream", url + "/v1", "--timeout", "2"]) == 1
+    assert "no models: the server at" in capsys.readouterr().out
+
+
+def test_doctor_refuses_a_url_that_is_not_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--upstream", "localhost:11434"]) == 2
+    assert "did you mean http://localhost:11434/v1?" in capsys.readouterr().err
+
+
+def test_codex_setup_says_why_there_are_no_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "codex"
+    assert main(["codex-setup", "--upstream", closed_port_url(), "--codex-home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert "no models to set up from the upstream: unreachable: nothing answers" in err
+    with run_asgi_server(not_found_everywhere) as url:
+        assert main(["codex-setup", "--upstream", url, "--codex-home", str(home)]) == 2
+    assert "wrong path" in capsys.readouterr().err
+    assert not home.exists()
+
+
+def test_codex_setup_without_upstream_or_discovery_says_what_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["codex-setup", "--no-discover", "--codex-home", str(tmp_path)]) == 2
+    assert "pass --model NAME, route models in --config, or give an --upstream" in capsys.readouterr().err
+
+
+async def test_a_gateway_pointed_at_a_wrong_path_says_the_url_is_wrong() -> None:
+    async with gateway(fake=FakeUpstream([text_reply("unused")])) as (client, fake, transport):
+        transport.app = not_found_everywhere  # the same host answers, but not with the API
+        response = await client.post("/v1/responses", json={"model": "m", "input": "x"})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["code"] == "upstream_wrong_url"
+    assert "http://upstream.test/v1/chat/completions" in error["message"]
+    assert "upstream URL is probably wrong" in error["message"]
+
+
+def test_doctor_and_codex_setup_find_a_local_server_like_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeUpstream(lambda body: text_reply("Paris."), models=["local-model"])
+    with run_asgi_server(fake) as url:
+        monkeypatch.setattr("codexgate.discovery.LOCAL_SERVERS", (("Test server", url + "/v1"),))
+        main(["doctor", "--timeout", "5"])
+        out = capsys.readouterr().out
+        assert f"found Test server at {url}/v1" in out and "model local-model" in out
+        assert main(["codex-setup", "--codex-home", str(tmp_path), "--context-window", "32768"]) == 0
+    out = capsys.readouterr().out
+    assert f"found Test server at {url}/v1" in out and "model local-model: context window 32768" in out
