@@ -107,3 +107,76 @@ def test_doctor_and_codex_setup_find_a_local_server_like_serve(
         assert main(["codex-setup", "--codex-home", str(tmp_path), "--context-window", "32768"]) == 0
     out = capsys.readouterr().out
     assert f"found Test server at {url}/v1" in out and "model local-model: context window 32768" in out
+
+
+# -- what operators see
+
+
+async def test_one_log_line_per_request_with_tokens_and_timings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="codexgate.access")
+    reply = text_reply("Hello", usage=True)
+    async with gateway([reply]) as (client, _, _):
+        response = await client.post(
+            "/v1/responses",
+            json={"model": "qwen x\nforged=1", "input": "hi", "stream": True},
+            headers={"x-client-request-id": "thread-42"},
+        )
+        assert response.status_code == 200
+        missing = await client.post("/v1/responses", json={"input": "hi"})
+        assert missing.status_code == 400
+    lines = [r.getMessage() for r in caplog.records if r.name == "codexgate.access"]
+    assert len(lines) == 2
+    ok = dict(field.split("=", 1) for field in lines[0].split(" "))
+    assert ok["request_id"] == "thread-42" and ok["model"] == "qwen_x_forged_1"  # cannot forge fields
+    assert ok["upstream"] == "default" and ok["status"] == "200" and ok["outcome"] == "completed"
+    assert int(ok["input_tokens"]) > 0 and int(ok["output_tokens"]) > 0
+    assert 0 <= int(ok["ttft_ms"]) <= int(ok["duration_ms"]) and ok["response_id"].startswith("resp_")
+    assert "status=400 outcome=invalid_request_error" in lines[1]
+
+
+async def test_healthz_reports_each_upstream_and_is_503_when_none_is_usable() -> None:
+    async with gateway([]) as (client, _, transport):
+        healthy = await client.get("/healthz")
+        transport.app = not_found_everywhere
+        cached = await client.get("/healthz")  # asked at most every few seconds
+    assert healthy.status_code == 200 and cached.status_code == 200
+    upstream = healthy.json()["upstreams"]["default"]
+    assert upstream["reachable"] and upstream["usable"] and upstream["problem"] is None
+
+    async with gateway([]) as (client, _, transport):
+        transport.app = not_found_everywhere
+        wrong = await client.get("/healthz")
+        transport.app = None  # connection refused
+    assert wrong.status_code == 503 and wrong.json()["status"] == "unavailable"
+    assert wrong.json()["upstreams"]["default"]["problem"].startswith("wrong path")
+    async with gateway([]) as (client, _, transport):
+        transport.app = None
+        dead = await client.get("/healthz")
+    assert dead.status_code == 503 and dead.json()["upstreams"]["default"]["reachable"] is False
+
+
+async def test_healthz_without_any_upstream_is_503() -> None:
+    import httpx
+
+    from codexgate.app import build_app
+    from codexgate.config import load_settings
+    from tests.support.asgi_client import StreamingASGITransport
+
+    app = build_app(load_settings({"discover": False}, environ={}), environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        response = await client.get("/healthz")
+    assert response.status_code == 503 and response.json()["upstreams"] == {}
+
+
+async def test_the_response_echoes_the_sampling_values_actually_sent() -> None:
+    async with gateway([text_reply("ok"), text_reply("ok")]) as (client, fake, _):
+        defaulted = (
+            await client.post("/v1/responses", json={"model": "qwen3-coder:30b", "input": "x"})
+        ).json()
+        chosen = await client.post("/v1/responses", json={"model": "qwen3-coder:30b", "input": "x",
+                                                          "temperature": 0.2})  # fmt: skip
+    sent = fake.requests[0].body
+    assert (
+        (defaulted["temperature"], defaulted["top_p"]) == (sent["temperature"], sent["top_p"]) == (0.7, 0.8)
+    )
+    assert chosen.json()["temperature"] == fake.requests[1].body["temperature"] == 0.2

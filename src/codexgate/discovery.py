@@ -1,14 +1,11 @@
-"""Find a local model server when none is configured (the usual default addresses), and say
-what is wrong with one that does not serve models, by cause."""
+"""Find a local model server when none is configured: the usual default addresses."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from codexgate.backends.server_info import fetch_json, model_entries
+from codexgate.backends.server_info import fetch_json
 from codexgate.backends.transport import Transport
 
 log = logging.getLogger("codexgate.discovery")
@@ -21,60 +18,6 @@ LOCAL_SERVERS: tuple[tuple[str, str], ...] = (
     ("vLLM", "http://127.0.0.1:8000/v1"),
     ("SGLang", "http://127.0.0.1:30000/v1"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ModelList:
-    """What `GET {base_url}/models` gave: the HTTP status (0 when nothing answered) and ids."""
-
-    base_url: str
-    status: int
-    models: list[str] = field(default_factory=list)
-
-    @property
-    def cause(self) -> str | None:
-        """None when the server answers with models; else one word for what is wrong:
-        unreachable, refused (a key is needed), wrong_path, error or no_models."""
-        if self.status == 0:
-            return "unreachable"
-        if self.status in (401, 403):
-            return "refused"
-        if self.status in (404, 405):
-            return "wrong_path"
-        if self.status != 200:
-            return "error"
-        return None if self.models else "no_models"
-
-    def problem(self) -> str | None:
-        """What is wrong, worded by cause with the fix; None when nothing is."""
-        url = f"{self.base_url}/models"
-        cause = self.cause
-        if cause == "unreachable":
-            return (
-                f"unreachable: nothing answers at {self.base_url}; is the model server running on that port?"
-            )
-        if cause == "refused":
-            return f"refused: {url} answered {self.status}; the server wants an API key (give its variable)"
-        if cause == "wrong_path":
-            hint = "" if self.base_url.endswith("/v1") else f" (try {self.base_url}/v1)"
-            return (
-                f"wrong path: a server answers at {self.base_url} but {url} is {self.status}; the "
-                f"upstream URL must be the API base, usually ending in /v1{hint}"
-            )
-        if cause == "error":
-            return f"error: {url} answered HTTP {self.status}"
-        if cause == "no_models":
-            return f"no models: the server at {self.base_url} lists none; load or pull one, or name it"
-        return None
-
-
-async def list_models(
-    transport: Transport, base_url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0
-) -> ModelList:
-    base = base_url.rstrip("/")
-    status, body = await fetch_json(transport, base + "/models", headers or {}, timeout)
-    models = [e["id"] for e in model_entries(body)] if status == 200 else []
-    return ModelList(base, status, models)
 
 
 async def discover(transport: Transport, timeout: float = 0.5) -> tuple[str, str] | None:

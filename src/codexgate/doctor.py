@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import (
     ContextWindow,
     fetch_json,
@@ -23,7 +24,6 @@ from codexgate.backends.server_info import (
     server_root,
 )
 from codexgate.backends.transport import Transport
-from codexgate.discovery import list_models
 from codexgate.errors import UpstreamConnectError, UpstreamError
 from codexgate.translate.content import ContentStage
 from codexgate.translate.sampling import recommended_sampling, turn_token_cap

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codexgate.app import upstream_target
+from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import ContextWindow, probe_context_window
 from codexgate.backends.transport import AiohttpTransport
 from codexgate.codex_setup import (
@@ -22,7 +23,7 @@ from codexgate.codex_setup import (
     write_codex_setup,
 )
 from codexgate.config import ConfigError, Settings
-from codexgate.discovery import discover, list_models, not_found_message
+from codexgate.discovery import discover, not_found_message
 from codexgate.doctor import MIN_WINDOW
 
 _PROBE_TIMEOUT = 5.0

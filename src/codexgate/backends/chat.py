@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from codexgate.backends.model_list import ModelList, list_models
 from codexgate.backends.server_info import ContextWindows
 from codexgate.backends.transport import Transport, UpstreamResponse
 from codexgate.errors import (
@@ -45,7 +46,9 @@ log = logging.getLogger("codexgate.backend")
 _DONE = b"[DONE]"
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_BYTES_PER_TOKEN = 6
-_DRAIN_SECONDS = 2.0  # after the terminal event, how long to wait for [DONE] to keep the connection
+_DRAIN_SECONDS = 2.0
+_HEALTH_PROBE_SECONDS = 2.0
+_HEALTH_CACHE_SECONDS = 5.0  # after the terminal event, how long to wait for [DONE] to keep the connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,7 @@ class ChatCall:
             backend.once.warning(f"input item type {kind!r} has no chat form; left out")
         self._body = orjson.dumps(chat.body)
         created = int(time.time())
-        self.envelope = Envelope.for_request(req, new_id("resp"), created)
+        self.envelope = Envelope.for_request(req, new_id("resp"), created, sent=chat.body)
         self.translator = ChatStreamTranslator(
             self.envelope,
             chat.tool_map,
@@ -375,6 +378,19 @@ class ChatBackend:
             probe_timeout = min(target.connect_timeout, 5.0)
             windows = ContextWindows(transport, target.base_url, target.headers, probe_timeout, target.name)
         self.windows = windows
+        self._listing: ModelList | None = None
+        self._listing_until = 0.0
+
+    async def reachability(self) -> ModelList:
+        """The upstream's answer to `GET /models`, asked at most every few seconds (for
+        /healthz, which monitors may poll often)."""
+        now = time.monotonic()
+        if self._listing is None or now >= self._listing_until:
+            target = self.target
+            timeout = min(target.connect_timeout, _HEALTH_PROBE_SECONDS)
+            self._listing = await list_models(self.transport, target.base_url, target.headers, timeout)
+            self._listing_until = time.monotonic() + _HEALTH_CACHE_SECONDS
+        return self._listing
 
     def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
         """Raises ValueError for a dialect naming an unknown text tool-call format."""

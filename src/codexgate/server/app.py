@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -25,6 +26,7 @@ from codexgate.errors import (
     RequestTooLarge,
 )
 from codexgate.routing import Router
+from codexgate.server.access import Exchange
 from codexgate.translate.stream import Event
 from codexgate.wire.responses import decode_json_body, parse_request
 from codexgate.wire.sse import encode_events
@@ -123,7 +125,8 @@ class GatewayApp:
             elif path == "/models" and method == "GET":
                 await send_json(send, 200, await self._models())
             elif path in ("/health", "/healthz") and method == "GET":
-                await send_json(send, 200, self._health())
+                status, health = await self._health()
+                await send_json(send, status, health)
             else:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
         except GatewayError as exc:
@@ -167,15 +170,26 @@ class GatewayApp:
     # -- /v1/responses
 
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = parse_request(decode_json_body(await self._read_body(scope, receive)))
-        if not self.router.backends and self._on_no_upstream is not None:
-            await self._on_no_upstream()
-        route = self.router.resolve(req.model)
-        call = route.backend.call(req, route.upstream_model)
-        delivery = _Delivery()
-        await _until_disconnect(receive, delivery, self._answer(call, req.stream, send, delivery))
+        exchange = Exchange(_header(scope, b"x-client-request-id"))
+        try:
+            req = parse_request(decode_json_body(await self._read_body(scope, receive)))
+            exchange.model = req.model
+            if not self.router.backends and self._on_no_upstream is not None:
+                await self._on_no_upstream()
+            route = self.router.resolve(req.model)
+            exchange.upstream = route.backend.target.name
+            call = route.backend.call(req, route.upstream_model)
+            await _until_disconnect(receive, exchange, self._answer(call, req.stream, send, exchange))
+        except GatewayError as exc:
+            exchange.status, exchange.outcome = exc.status, exc.code
+            raise
+        except ClientGone:
+            exchange.outcome = exchange.outcome or "client_gone"
+            raise
+        finally:
+            exchange.log()
 
-    async def _answer(self, call: ChatCall, stream: bool, send: Send, delivery: _Delivery) -> None:
+    async def _answer(self, call: ChatCall, stream: bool, send: Send, delivery: Exchange) -> None:
         await call.open()  # errors before this point are HTTP errors
         events = call.events()
         try:
@@ -188,18 +202,33 @@ class GatewayApp:
         finally:
             await events.aclose()
 
-    def _health(self) -> dict[str, Any]:
-        """Liveness, the upstreams, what the gateway repaired or recognised on each, and the
-        context windows learned from them."""
-        backends = self.router.backends.items()
-        counts = {name: dict(sorted(b.counts.items())) for name, b in backends}
-        windows = {name: b.windows.known() for name, b in backends if b.windows is not None}
-        return {
-            "status": "ok",
-            "upstreams": list(self.router.backends),
-            "counts": counts,
-            "context_windows": windows,
+    async def _health(self) -> tuple[int, dict[str, Any]]:
+        """Each upstream's reachability (its `/models`, asked at most every few seconds), what
+        the gateway repaired or recognised on each, and the context windows learned from them.
+        503 when no upstream is usable, so a monitor or load balancer sees a gateway that can
+        serve nothing as down."""
+        if not self.router.backends and self._on_no_upstream is not None:
+            await self._on_no_upstream()
+        backends = list(self.router.backends.items())
+        listings = await asyncio.gather(*(backend.reachability() for _, backend in backends))
+        upstreams = {
+            name: {
+                "base_url": _without_credentials(backend.target.base_url),
+                "reachable": listing.status != 0,
+                "usable": listing.cause in (None, "no_models"),
+                "models": len(listing.models),
+                "problem": listing.problem(),
+            }
+            for (name, backend), listing in zip(backends, listings, strict=True)
         }
+        usable = any(u["usable"] for u in upstreams.values())
+        health = {
+            "status": "ok" if usable else "unavailable",
+            "upstreams": upstreams,
+            "counts": {name: dict(sorted(b.counts.items())) for name, b in backends},
+            "context_windows": {name: b.windows.known() for name, b in backends if b.windows is not None},
+        }
+        return (200 if usable else 503), health
 
     # -- /v1/models
 
@@ -218,21 +247,31 @@ class GatewayApp:
         }
 
 
-async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
+async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery: Exchange) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    delivery.status = 200
+    batches = 0
     async for batch in events:
         await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
+        batches += 1
+        if batches == 2:  # the first batch after response.created/in_progress
+            delivery.saw_output()
         if batch[-1]["type"] in _TERMINAL:
+            delivery.ended_with(batch[-1])
             break
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
     delivery.complete = True
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
+async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery: Exchange) -> None:
     """Non-streaming: the same events, folded into the final response object."""
     final: dict[str, Any] | None = None
+    batches = 0
     async for batch in events:
+        batches += 1
+        if batches == 2:
+            delivery.saw_output()
         last = batch[-1]
         if last["type"] in _TERMINAL:
             final = last
@@ -241,9 +280,12 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery
         raise GatewayError("The stream ended without a terminal event.")
     resource = final["response"]
     delivery.complete = True
+    delivery.ended_with(final)
+    delivery.status = 200
     if final["type"] == "response.failed":
         error = resource.get("error") or {}
         status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
+        delivery.status = status
         await send_json(
             send,
             status,
@@ -260,17 +302,7 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery
         await send_json(send, 200, resource)
 
 
-class _Delivery:
-    """Whether the HTTP response is complete: after that, `http.disconnect` is the normal end
-    of the exchange (ASGI servers send it then), not the client leaving."""
-
-    __slots__ = ("complete",)
-
-    def __init__(self) -> None:
-        self.complete = False
-
-
-async def _until_disconnect(receive: Receive, delivery: _Delivery, work: Awaitable[None]) -> None:
+async def _until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable[None]) -> None:
     """Run the answer while listening for the client leaving; if it leaves before the response
     is complete, cancel the work, which closes the upstream request."""
     task = asyncio.ensure_future(work)
@@ -296,6 +328,20 @@ async def _until_disconnect(receive: Receive, delivery: _Delivery, work: Awaitab
         watcher.cancel()
         if not task.done():
             task.cancel()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 async def _upstream_model_ids(backend: ChatBackend) -> list[str]:

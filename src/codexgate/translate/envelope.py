@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +75,19 @@ class Envelope:
     request_echo: dict[str, Any]
 
     @classmethod
-    def for_request(cls, req: ResponsesRequest, response_id: str, created_at: int) -> Envelope:
+    def for_request(
+        cls,
+        req: ResponsesRequest,
+        response_id: str,
+        created_at: int,
+        sent: Mapping[str, Any] | None = None,
+    ) -> Envelope:
+        """`sent`: the upstream request body, whose sampling values (the gateway's defaults and
+        the upstream's `extra_body` included) are echoed instead of the client's."""
+        sent = sent or {}
+        temperature = sent.get("temperature", req.temperature)
+        top_p = sent.get("top_p", req.top_p)
+        max_output_tokens = sent.get("max_completion_tokens", sent.get("max_tokens", req.max_output_tokens))
         reasoning = None
         if req.reasoning:
             effort, summary = req.reasoning.get("effort"), req.reasoning.get("summary")
@@ -90,13 +103,13 @@ class Envelope:
             "truncation": "disabled",
             "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
             "text": _echo_text(req.text),
-            "top_p": req.top_p if req.top_p is not None else 1.0,
+            "top_p": top_p if isinstance(top_p, (int, float)) else 1.0,
             "presence_penalty": 0.0,
             "frequency_penalty": 0.0,
             "top_logprobs": 0,
-            "temperature": req.temperature if req.temperature is not None else 1.0,
+            "temperature": temperature if isinstance(temperature, (int, float)) else 1.0,
             "reasoning": reasoning,
-            "max_output_tokens": req.max_output_tokens,
+            "max_output_tokens": max_output_tokens if isinstance(max_output_tokens, int) else None,
             "max_tool_calls": None,
             "store": bool(req.store),
             "background": False,

@@ -1,0 +1,83 @@
+"""One structured log line per request, for operators: what was asked, where it went, how it
+ended, how many tokens and how long (logger `codexgate.access`, logfmt: key=value pairs that
+both people and log tools read)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+log = logging.getLogger("codexgate.access")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+_MAX_VALUE = 80  # client-chosen strings (model names, request ids) are cut to this
+
+
+class Exchange:
+    """What one /v1/responses request did, filled in as it runs; `line()` at the end.
+
+    `complete` says the HTTP response is finished: after that, `http.disconnect` is the
+    normal end of the exchange (ASGI servers send it then), not the client leaving."""
+
+    __slots__ = (
+        "complete", "started", "request_id", "model", "upstream", "status", "outcome",
+        "first_output", "usage", "response_id",
+    )  # fmt: skip
+
+    def __init__(self, request_id: str | None = None) -> None:
+        self.complete = False
+        self.started = time.perf_counter()
+        self.request_id = request_id
+        self.model: str | None = None
+        self.upstream: str | None = None
+        self.status: int | None = None  # the HTTP status sent
+        self.outcome: str | None = None  # the terminal event, or the error code
+        self.first_output: float | None = None  # perf_counter of the first model output
+        self.usage: dict[str, Any] | None = None
+        self.response_id: str | None = None
+
+    def saw_output(self) -> None:
+        if self.first_output is None:
+            self.first_output = time.perf_counter()
+
+    def ended_with(self, terminal: dict[str, Any]) -> None:
+        """Record the terminal event (`response.completed`, `.failed`, `.incomplete`)."""
+        resource = terminal.get("response") or {}
+        self.response_id = resource.get("id")
+        usage = resource.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+        error = resource.get("error")
+        kind = str(terminal.get("type", "")).removeprefix("response.")
+        self.outcome = f"{kind}:{error.get('code')}" if isinstance(error, dict) else kind
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        first = self.first_output
+        fields: dict[str, Any] = {
+            "request_id": self.request_id,
+            "response_id": self.response_id,
+            "model": self.model,
+            "upstream": self.upstream,
+            "status": self.status,
+            "outcome": self.outcome,
+            "input_tokens": (self.usage or {}).get("input_tokens"),
+            "output_tokens": (self.usage or {}).get("output_tokens"),
+            "ttft_ms": None if first is None else round((first - self.started) * 1000),
+            "duration_ms": round(elapsed * 1000),
+        }
+        return " ".join(f"{key}={_value(value)}" for key, value in fields.items() if value is not None)
+
+    def log(self) -> None:
+        if log.isEnabledFor(logging.INFO):
+            log.info(self.line())
+
+
+def _value(value: Any) -> str:
+    """A logfmt value: client-chosen text is cut and its unusual characters replaced, so that a
+    hostile model name can neither forge fields nor flood the log."""
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)[:_MAX_VALUE]
+    return _UNSAFE.sub("_", text) if _UNSAFE.search(text) else text
