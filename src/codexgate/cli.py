@@ -30,6 +30,12 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-body-bytes", type=int, help="largest request body accepted")
     parser.add_argument(
+        "--max-output-bytes", type=int, help="output per response before it ends incomplete (default 8 MB)"
+    )
+    parser.add_argument(
+        "--max-request-seconds", type=float, help="total seconds one response may take (default 3600)"
+    )
+    parser.add_argument(
         "--no-discover",
         dest="discover",
         action="store_const",
@@ -49,6 +55,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         "connect_timeout",
         "max_retries",
         "max_body_bytes",
+        "max_output_bytes",
+        "max_request_seconds",
         "discover",
         "log_level",
     )

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import orjson
 
-from codexgate.backends.transport import Transport
+from codexgate.backends.transport import Transport, read_capped
 from codexgate.errors import UpstreamError
 
 log = logging.getLogger("codexgate.backend")
@@ -61,13 +61,15 @@ async def fetch_json(
         async with asyncio.timeout(timeout):
             response = await transport.open(method, url, send_headers, data, timeout)
             try:
-                raw = await response.read()
+                raw, more = await read_capped(response, _MAX_BODY)
             finally:
                 await response.aclose()
     except (UpstreamError, TimeoutError):
         return 0, None
+    if more:  # larger than any real answer: not read further, not parsed
+        return response.status, None
     try:
-        return response.status, orjson.loads(raw[:_MAX_BODY])
+        return response.status, orjson.loads(raw)
     except orjson.JSONDecodeError:
         return response.status, None
 
