@@ -445,7 +445,9 @@ class ChatBackend:
         self.counts: Counter[str] = Counter() if counts is None else counts
         if windows is None and target.learn_context_window:
             probe_timeout = min(target.connect_timeout, 5.0)
-            windows = ContextWindows(transport, target.base_url, target.headers, probe_timeout, target.name)
+            windows = ContextWindows(
+                transport, target.base_url, target.headers, probe_timeout, target.name, target.models
+            )
         self.windows = windows
 
     def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
