@@ -292,14 +292,13 @@ class ChatCall:
 
     async def _translate(self, response: UpstreamResponse) -> AsyncIterator[list[Event]]:
         """Upstream bytes -> event batches. The body is an event stream, or (servers that
-        ignore `stream`, and errors sent with a 200) one JSON object: the content type or the
-        first byte that is not white space tells."""
+        ignore `stream`, and errors sent with a 200) one JSON object: the first byte that is
+        not white space tells (an event stream cannot start with `{`; content types lie)."""
         decoder = SSEDecoder()
         chunks = aiter(response.iter_chunks())
         loop = asyncio.get_running_loop()
-        content_type = response.headers.get("content-type", "")
-        whole: list[bytes] | None = [] if content_type.startswith("application/json") else None
-        sniffing = whole is None
+        whole: list[bytes] | None = None  # the body so far, once it is known to be JSON
+        sniffing = True
         whole_size = 0
         whole_cap = 2 * self._target.max_output_bytes + _MAX_ERROR_BODY  # JSON escapes add bytes
         while True:
