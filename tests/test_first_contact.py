@@ -118,7 +118,7 @@ async def test_one_log_line_per_request_with_tokens_and_timings(caplog: pytest.L
     async with gateway([reply]) as (client, _, _):
         response = await client.post(
             "/v1/responses",
-            json={"model": "qwen x\nforged=1", "input": "hi", "stream": True},
+            json={"model": "qwen x forged=1", "input": "hi", "stream": True},
             headers={"x-client-request-id": "thread-42"},
         )
         assert response.status_code == 200

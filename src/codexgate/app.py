@@ -60,6 +60,8 @@ def upstream_target(
         max_retry_wait=settings.max_retry_wait,
         models=tuple(upstream.models),
         learn_context_window=upstream.learn_context_window,
+        max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
+        max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
     )
 
 

@@ -68,6 +68,16 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     _setting_flag(parser, "max_body_bytes", "largest request body accepted", type=int, metavar="BYTES")
     _setting_flag(
         parser,
+        "max_output_bytes",
+        "model output per response before it ends incomplete (max_output_tokens)",
+        type=int,
+        metavar="BYTES",
+    )
+    _setting_flag(
+        parser, "max_request_seconds", "total seconds one response may take", type=float, metavar="SECONDS"
+    )
+    _setting_flag(
+        parser,
         "discover",
         "do not look for a local model server when no upstream is given",
         flag="--no-discover",

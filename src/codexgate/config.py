@@ -100,6 +100,8 @@ class UpstreamConfig(_Strict):
     connect_timeout: float | None = None  # None: the global value
     idle_timeout: float | None = None
     max_retries: int | None = None
+    max_output_bytes: int | None = Field(default=None, gt=0)  # None: the global values
+    max_request_seconds: float | None = Field(default=None, gt=0)
     developer_role: DeveloperRole = "merge"
     reasoning_replay: ReasoningReplay = "reasoning_content"
     send_reasoning_effort: bool = False
@@ -164,6 +166,12 @@ class Settings(_Strict):
     retry_backoff: float = 0.5
     max_retry_wait: float = 30.0
     max_body_bytes: int = 64 * 1024 * 1024
+    # Bounds on one response, far above any real Codex turn (a turn's answer is kilobytes to
+    # a few hundred kilobytes; long turns take minutes): output past the first ends the
+    # response `incomplete` (max_output_tokens), a response outlasting the second fails
+    # with upstream_timeout.
+    max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_request_seconds: float = Field(default=3600.0, gt=0)
     discover: bool = True  # look for a local model server when no upstream is configured
     log_level: LogLevel = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)

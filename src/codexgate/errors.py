@@ -26,6 +26,7 @@ class Code:
     UPSTREAM_TIMEOUT = "upstream_timeout"  # retried by Codex
     UPSTREAM_STREAM_CUT = "upstream_stream_cut"  # retried by Codex
     UPSTREAM_ERROR = "upstream_error"  # retried by Codex
+    UPSTREAM_RESPONSE_TOO_LARGE = "upstream_response_too_large"  # retried by Codex
     MODEL_OUTPUT_LOOP = "model_output_loop"  # retried by Codex: a new sample often escapes
     NO_UPSTREAM = "no_upstream_configured"
     REQUEST_TOO_LARGE = "request_too_large"
@@ -127,6 +128,12 @@ class UpstreamStreamCut(UpstreamError):
     """The upstream stream ended without a finish reason and without [DONE]."""
 
     default_code = Code.UPSTREAM_STREAM_CUT
+
+
+class UpstreamResponseTooLarge(UpstreamError):
+    """The upstream sent a line, event or body larger than the gateway holds."""
+
+    default_code = Code.UPSTREAM_RESPONSE_TOO_LARGE
 
 
 class UpstreamServerError(UpstreamError):

@@ -13,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 
@@ -21,13 +21,14 @@ import orjson
 
 from codexgate.backends.model_list import ModelList, list_models
 from codexgate.backends.server_info import ContextWindows
-from codexgate.backends.transport import Transport, UpstreamResponse
+from codexgate.backends.transport import Transport, UpstreamResponse, read_capped
 from codexgate.errors import (
     ContextLengthExceeded,
     GatewayError,
     Overloaded,
     UpstreamConnectError,
     UpstreamError,
+    UpstreamResponseTooLarge,
     UpstreamServerError,
     UpstreamStreamCut,
     UpstreamTimeout,
@@ -39,16 +40,21 @@ from codexgate.translate.request import to_chat_request
 from codexgate.translate.stream import ChatStreamTranslator, Event
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.responses import ResponsesRequest
-from codexgate.wire.sse import SSEDecoder
+from codexgate.wire.sse import SSEDecoder, SSEEventTooLarge
 
 log = logging.getLogger("codexgate.backend")
 
 _DONE = b"[DONE]"
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_BYTES_PER_TOKEN = 6
-_DRAIN_SECONDS = 2.0
+_DRAIN_SECONDS = 2.0  # after the terminal event, how long to wait for [DONE] to keep the connection
 _HEALTH_PROBE_SECONDS = 2.0
-_HEALTH_CACHE_SECONDS = 5.0  # after the terminal event, how long to wait for [DONE] to keep the connection
+_HEALTH_CACHE_SECONDS = 5.0
+# Past this much output, each event of a batch goes out on its own, so the deliverer encodes
+# one `done` event (each holds the whole text) at a time instead of all four at once.
+_SPLIT_BATCHES_ABOVE = 1024 * 1024
+_LOGGED_CHARS = 80  # of a client- or upstream-chosen string in a log message
+_LOGGED_KINDS = 8  # dropped tool kinds or item types logged per request
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,22 +72,41 @@ class UpstreamTarget:
     max_retry_wait: float = 30.0
     models: tuple[str, ...] = ()  # what /v1/models lists; empty: ask the upstream
     learn_context_window: bool = True
+    # Bounds on one response: characters of output (text, reasoning, tool arguments), past
+    # which it ends `incomplete` (max_output_tokens), and seconds from the request to the end.
+    max_output_bytes: int = 8 * 1024 * 1024
+    max_request_seconds: float = 3600.0
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-class OnceLog:
-    """Logs each distinct message once per process (for dropped tool kinds and the like)."""
+def clip(value: object, limit: int = _LOGGED_CHARS) -> str:
+    """A client- or upstream-chosen string for a log message: repr-escaped (no control
+    characters reach the log) and cut to `limit` characters."""
+    text = value if isinstance(value, str) else str(value)
+    shown = repr(text[:limit])
+    return shown if len(text) <= limit else shown + f"...({len(text)} chars)"
 
-    def __init__(self) -> None:
-        self._seen: set[str] = set()
+
+class OnceLog:
+    """Logs each distinct message once (for dropped tool kinds and the like). Remembers the
+    last `max_entries` messages: clients choose parts of them, so memory must stay bounded;
+    a forgotten message may be logged again, which costs one bounded line."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._max = max_entries
 
     def warning(self, message: str) -> None:
-        if message not in self._seen:
-            self._seen.add(message)
-            log.warning(message)
+        if message in self._seen:
+            self._seen.move_to_end(message)
+            return
+        self._seen[message] = None
+        if len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+        log.warning(message)
 
 
 class _IdleWatchdog:
@@ -154,10 +179,11 @@ class ChatCall:
         dialect = self._target.dialect
         chat = to_chat_request(req, dialect, upstream_model)
         self._upstream_model = upstream_model
-        for kind in chat.tool_map.skipped_kinds:
-            backend.once.warning(f"tool kind {kind!r} cannot run on a chat upstream; left out")
-        for kind in chat.dropped_items:
-            backend.once.warning(f"input item type {kind!r} has no chat form; left out")
+        # Client-chosen strings: clipped, and a few per request at most.
+        for kind in dict.fromkeys(chat.tool_map.skipped_kinds[:_LOGGED_KINDS]):
+            backend.once.warning(f"tool kind {clip(kind)} cannot run on a chat upstream; left out")
+        for kind in dict.fromkeys(chat.dropped_items[:_LOGGED_KINDS]):
+            backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
         self._body = orjson.dumps(chat.body)
         created = int(time.time())
         self.envelope = Envelope.for_request(req, new_id("resp"), created, sent=chat.body)
@@ -180,6 +206,8 @@ class ChatCall:
         self._watchdog: _IdleWatchdog | None = None
         self._started = 0.0  # loop time when open() began
         self._first_byte_deadline = 0.0
+        self._deadline = float("inf")  # loop time by which the response must have ended
+        self._noise_logged = False
 
     def _check_fits(self, window: int | None) -> None:
         """Refuse a request that cannot fit the model's window. The bound is deliberately low
@@ -204,6 +232,7 @@ class ChatCall:
         loop = asyncio.get_running_loop()
         self._started = loop.time()
         self._first_byte_deadline = self._started + target.idle_timeout
+        self._deadline = self._started + target.max_request_seconds
         window = target.dialect.context_window
         if window is None and self._backend.windows is not None:
             try:  # at most half the budget: a server deaf to probes may still answer chat
@@ -262,13 +291,15 @@ class ChatCall:
             ) from None
 
     async def _error_from(self, response: UpstreamResponse, url: str) -> UpstreamError:
+        """The upstream's error, from the first 64 KB of its body (the rest is never read)."""
         try:
-            body = await asyncio.wait_for(response.read(), self._target.connect_timeout)
+            capped = read_capped(response, _MAX_ERROR_BODY)
+            body, _ = await asyncio.wait_for(capped, self._target.connect_timeout)
         except (TimeoutError, UpstreamError):
             body = b""
         finally:
             await response.aclose()
-        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers, url)
+        return classify(response.status, body, response.headers, url)
 
     async def events(self) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`; the last batch holds the terminal event.
@@ -279,7 +310,10 @@ class ChatCall:
         yield translator.start()
         try:
             async for batch in self._translate(response):
-                if batch:
+                if len(batch) > 1 and translator.output_chars > _SPLIT_BATCHES_ABOVE:
+                    for event in batch:
+                        yield [event]
+                elif batch:
                     yield batch
         except GatewayError as exc:
             yield translator.fail(exc)
@@ -292,19 +326,58 @@ class ChatCall:
             await response.aclose()
 
     async def _translate(self, response: UpstreamResponse) -> AsyncIterator[list[Event]]:
+        """Upstream bytes -> event batches. The body is an event stream, or (servers that
+        ignore `stream`, and errors sent with a 200) one JSON object: the first byte that is
+        not white space tells (an event stream cannot start with `{`; content types lie)."""
         decoder = SSEDecoder()
         chunks = aiter(response.iter_chunks())
+        loop = asyncio.get_running_loop()
+        whole: list[bytes] | None = None  # the body so far, once it is known to be JSON
+        sniffing = True
+        whole_size = 0
+        whole_cap = 2 * self._target.max_output_bytes + _MAX_ERROR_BODY  # JSON escapes add bytes
         while True:
             events: list[Event] = []
             try:
                 try:
                     raw = await self._next_chunk(chunks)
                 except StopAsyncIteration:
-                    self._feed(decoder.finish(), events)
-                    events.extend(self.translator.finish())
+                    if whole is not None:
+                        events.extend(self._whole_body(b"".join(whole), response))
+                    else:
+                        self._feed(self._decode(decoder, None), events)
+                        events.extend(self.translator.finish())
                     yield events
                     return
-                self._feed(decoder.feed(raw), events)
+                if loop.time() > self._deadline:
+                    # Checked as bytes arrive, so a stream of keep-alive comments, or one that
+                    # never ends, ends here; a silent upstream is ended by the idle timeout.
+                    raise UpstreamTimeout(
+                        f"The response took longer than its total budget of "
+                        f"{self._target.max_request_seconds:g} seconds (max_request_seconds)."
+                    )
+                if sniffing and raw.strip():
+                    sniffing = False
+                    if raw.lstrip()[:1] == b"{":
+                        whole = []
+                if whole is not None:
+                    whole.append(raw)
+                    whole_size += len(raw)
+                    if whole_size > whole_cap:
+                        raise UpstreamResponseTooLarge(
+                            f"The upstream's JSON answer is larger than {whole_cap} bytes."
+                        )
+                    continue
+                self._feed(self._decode(decoder, raw), events)
+                if self.translator.output_chars > self._target.max_output_bytes:
+                    events.extend(self.translator.truncate())
+                    log.info(
+                        "upstream %s: output passed %d bytes (max_output_bytes); response ended incomplete",
+                        self._target.name,
+                        self._target.max_output_bytes,
+                    )
+                    yield events
+                    return  # not drained: the upstream may never stop; closing cancels it
             except GatewayError:
                 # What this read produced before the failure still goes out, then fail()'s
                 # events close it: no event numbers are skipped.
@@ -318,6 +391,34 @@ class ChatCall:
                 await self._drain(chunks)
                 return
 
+    @staticmethod
+    def _decode(decoder: SSEDecoder, raw: bytes | None) -> list[bytes]:
+        """Payloads from the next bytes (None: the end). Raises UpstreamResponseTooLarge."""
+        try:
+            return decoder.feed(raw) if raw is not None else decoder.finish()
+        except SSEEventTooLarge as exc:
+            raise UpstreamResponseTooLarge(
+                f"The upstream sent an event-stream line or event larger than {exc.limit} bytes."
+            ) from None
+
+    def _whole_body(self, raw: bytes, response: UpstreamResponse) -> list[Event]:
+        """A 200 answer that is one JSON object: a `chat.completion` (the server ignored
+        `stream`), translated like a stream, or an error, classified with its own message."""
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamStreamCut(
+                "The upstream's JSON answer ended before it was complete, or is not JSON."
+            ) from None
+        if isinstance(data, dict) and isinstance(data.get("choices"), list):
+            return self.translator.feed(data) + self.translator.end_of_stream_marker()
+        if isinstance(data, dict) and data.get("error"):
+            raise classify(0, data, response.headers)
+        raise UpstreamError(
+            "The upstream answered with JSON that is neither a chat completion nor an error: "
+            f"{clip(raw, 200)}."
+        )
+
     def _feed(self, payloads: list[bytes], events: list[Event]) -> None:
         """Translate decoded SSE payloads, appending to `events` as it goes."""
         translator = self.translator
@@ -329,8 +430,12 @@ class ChatCall:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
                 # Not JSON: noise, or the fragment of an event cut by a dropped connection
-                # (then finish() reports the cut).
-                log.warning("upstream sent data that is not JSON: %.200r", data)
+                # (then finish() reports the cut). Counted; logged once per response.
+                translator.count_malformed()
+                if not self._noise_logged:
+                    self._noise_logged = True
+                    name = self._target.name
+                    log.warning("upstream %s sent data that is not JSON: %s", name, clip(data, 200))
                 continue
             events.extend(translator.feed(chunk))
 
@@ -376,7 +481,9 @@ class ChatBackend:
         self.counts: Counter[str] = Counter() if counts is None else counts
         if windows is None and target.learn_context_window:
             probe_timeout = min(target.connect_timeout, 5.0)
-            windows = ContextWindows(transport, target.base_url, target.headers, probe_timeout, target.name)
+            windows = ContextWindows(
+                transport, target.base_url, target.headers, probe_timeout, target.name, target.models
+            )
         self.windows = windows
         self._listing: ModelList | None = None
         self._listing_until = 0.0

@@ -18,14 +18,15 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from codexgate.backends.transport import Transport
+from codexgate.backends.transport import Transport, read_capped
 from codexgate.errors import UpstreamError
 
 log = logging.getLogger("codexgate.backend")
@@ -34,6 +35,14 @@ _MAX_BODY = 4 * 1024 * 1024
 # Fields in which servers report a model's context window in `/v1/models`.
 _MODELS_WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def probeable_model_name(model: str) -> bool:
+    """Whether a model name may go into a probe URL. Names are quoted as one path segment,
+    but `.` and `..` survive quoting and URL normalisation would turn `/api/v0/models/..`
+    into `/api/v0/`, sent with the upstream's key; control characters have no place there."""
+    return bool(model) and model not in (".", "..") and not _CONTROL.search(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +70,15 @@ async def fetch_json(
         async with asyncio.timeout(timeout):
             response = await transport.open(method, url, send_headers, data, timeout)
             try:
-                raw = await response.read()
+                raw, more = await read_capped(response, _MAX_BODY)
             finally:
                 await response.aclose()
     except (UpstreamError, TimeoutError):
         return 0, None
+    if more:  # larger than any real answer: not read further, not parsed
+        return response.status, None
     try:
-        return response.status, orjson.loads(raw[:_MAX_BODY])
+        return response.status, orjson.loads(raw)
     except orjson.JSONDecodeError:
         return response.status, None
 
@@ -191,25 +202,68 @@ class ContextWindows:
     A model is probed on its first request; concurrent first requests share the probe. A
     runtime window is kept; a probe that found nothing, or only the trained maximum (Ollama
     before the model is loaded), is asked again a minute later, since the runtime value may
-    appear once the model is loaded."""
+    appear once the model is loaded.
+
+    Clients choose model names, so only models the upstream lists in `/v1/models` (read at
+    most once a minute) or that are `configured` are probed, and the cache keeps the
+    `MAX_MODELS` most recently used: a stream of invented names costs no probes and no
+    memory."""
 
     _RECHECK_SECONDS = 60.0
+    _LIST_SECONDS = 60.0
+    MAX_MODELS = 256
 
     def __init__(
-        self, transport: Transport, base_url: str, headers: Mapping[str, str], timeout: float, name: str
+        self,
+        transport: Transport,
+        base_url: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        name: str,
+        configured: Iterable[str] = (),
     ) -> None:
         self._transport, self._base_url, self._headers = transport, base_url, headers
         self._timeout, self._name = timeout, name
-        self._cache: dict[str, tuple[int | None, float]] = {}  # model -> (tokens, valid until)
+        self._configured = frozenset(configured)
+        # model -> (tokens, valid until), least recently used first
+        self._cache: OrderedDict[str, tuple[int | None, float]] = OrderedDict()
         self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
+        self._listed: frozenset[str] = frozenset()
+        self._listed_until = float("-inf")
+        self._listing: asyncio.Future[frozenset[str]] | None = None
+
+    async def _upstream_lists(self, model: str) -> bool:
+        if time.monotonic() >= self._listed_until:
+            if self._listing is None:
+                self._listing = asyncio.ensure_future(self._list_models())
+            listing = self._listing
+            try:
+                self._listed = await asyncio.shield(listing)
+            finally:
+                if self._listing is listing and listing.done():
+                    self._listing = None
+            self._listed_until = time.monotonic() + self._LIST_SECONDS
+        # Ollama serves "name" as "name:latest" and lists the latter.
+        return model in self._listed or f"{model}:latest" in self._listed
+
+    async def _list_models(self) -> frozenset[str]:
+        url = self._base_url.rstrip("/") + "/models"
+        status, body = await fetch_json(self._transport, url, self._headers, self._timeout)
+        return frozenset(m["id"] for m in model_entries(body)) if status == 200 else frozenset()
 
     def known(self) -> dict[str, int]:
         return {model: tokens for model, (tokens, _) in sorted(self._cache.items()) if tokens}
 
     async def get(self, model: str) -> int | None:
+        """The model's window, or None when unknown (or the model is not one to probe)."""
         cached = self._cache.get(model)
         if cached is not None and time.monotonic() < cached[1]:
+            self._cache.move_to_end(model)
             return cached[0]
+        if not probeable_model_name(model):
+            return None
+        if cached is None and model not in self._configured and not await self._upstream_lists(model):
+            return None
         probe = self._probes.get(model)
         if probe is None:
             probe = self._probes[model] = asyncio.ensure_future(
@@ -223,4 +277,7 @@ class ContextWindows:
             log.info("upstream %s: model %s has a %d-token context window (%s)",
                      self._name, model, found.tokens, found.source)  # fmt: skip
         self._cache[model] = (tokens, until)
+        self._cache.move_to_end(model)
+        while len(self._cache) > self.MAX_MODELS:
+            self._cache.popitem(last=False)
         return tokens

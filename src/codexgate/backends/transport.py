@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Protocol
 
 import aiohttp
@@ -31,6 +32,21 @@ class UpstreamResponse(Protocol):
     async def aclose(self) -> None:
         """Release the connection; safe to call twice. Closing early aborts the request."""
         ...
+
+
+async def read_capped(response: UpstreamResponse, limit: int) -> tuple[bytes, bool]:
+    """The first `limit` bytes of the body, and whether there was more. Reading stops at the
+    limit, so an endless or huge body costs `limit` bytes, not its size; the caller closes
+    the response. Raises UpstreamConnectError if the connection breaks."""
+    pieces: list[bytes] = []
+    size = 0
+    async with aclosing(response.iter_chunks()) as chunks:  # type: ignore[type-var]
+        async for chunk in chunks:
+            pieces.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(pieces)[:limit], True
+    return b"".join(pieces), False
 
 
 class Transport(Protocol):

@@ -133,6 +133,13 @@ class GatewayApp:
             await send_error(send, exc)
         except ClientGone:
             pass
+        except Exception:
+            # The last line of defence: a bug answers an OpenAI-style 500 while it still can.
+            log.exception("unexpected error on %s %s", method, path)
+            try:
+                await send_error(send, GatewayError("internal gateway error"))
+            except Exception:  # the response had started: the server closes the connection
+                pass
 
     async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
         # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -146,23 +147,39 @@ class Envelope:
         return resource
 
 
+def _token_count(value: Any) -> int:
+    """An upstream's token count, read leniently: a non-negative integer (or a float or a
+    string of digits), anything else 0. Never raises: usage must not cost the terminal event."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and math.isfinite(value):
+        return max(0, int(value))
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
+        return int(value)
+    return 0
+
+
 def chat_usage_to_responses(usage: dict[str, Any]) -> dict[str, Any]:
-    """Chat `usage` -> Responses `usage`, details included (zeros when absent)."""
-    input_tokens = int(usage.get("prompt_tokens") or 0)
-    output_tokens = int(usage.get("completion_tokens") or 0)
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    """Chat `usage` -> Responses `usage`, details included (zeros when absent or unreadable)."""
+    input_tokens = _token_count(usage.get("prompt_tokens"))
+    output_tokens = _token_count(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    cached = _token_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
     if not cached:
-        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek and providers that copy it
-    reasoning = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
-    total = usage.get("total_tokens")
+        cached = _token_count(usage.get("prompt_cache_hit_tokens"))  # DeepSeek and its copies
+    reasoning = 0
+    if isinstance(completion_details, dict):
+        reasoning = _token_count(completion_details.get("reasoning_tokens"))
+    total = _token_count(usage.get("total_tokens"))
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": int(cached or 0)},
+        "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": int(reasoning or 0)},
-        "total_tokens": int(total) if total else input_tokens + output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": total or input_tokens + output_tokens,
     }
 
 

@@ -30,20 +30,49 @@ Event = dict[str, Any]
 IdFactory = Callable[[str], str]
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+MALFORMED_CHUNKS = "upstream.malformed_chunks"  # counts key: chunks skipped as unreadable
+
+
+class _Text:
+    """Text that arrives in many small deltas, joined once at the end. Deltas are folded into
+    blocks as they come: a list of millions of tiny strings costs ~60 bytes a delta on top of
+    the text, the blocks next to nothing, and each character is copied only twice."""
+
+    __slots__ = ("_blocks", "_pending")
+    _BLOCK = 4096  # deltas per block
+
+    def __init__(self) -> None:
+        self._blocks: list[str] = []
+        self._pending: list[str] = []
+
+    def append(self, text: str) -> None:
+        pending = self._pending
+        pending.append(text)
+        if len(pending) >= self._BLOCK:
+            self._blocks.append("".join(pending))
+            pending.clear()
+
+    def text(self) -> str:
+        """The whole text, as one string (later events share this object, not copies)."""
+        self._blocks.append("".join(self._pending))
+        self._pending.clear()
+        whole = "".join(self._blocks)
+        self._blocks = [whole]
+        return whole
 
 
 @dataclass(slots=True)
 class _Message:
     index: int
     item_id: str
-    parts: list[str] = field(default_factory=list)
+    parts: _Text = field(default_factory=_Text)
 
 
 @dataclass(slots=True)
 class _Reasoning:
     index: int
     item_id: str
-    parts: list[str] = field(default_factory=list)
+    parts: _Text = field(default_factory=_Text)
 
 
 @dataclass(slots=True)
@@ -129,14 +158,23 @@ class ChatStreamTranslator:
     def feed(self, chunk: Any) -> list[Event]:
         """One decoded chunk. Raises an UpstreamError for an error object in the stream; the
         events the chunk made before it are then in `pending_events`."""
-        if self.done or not isinstance(chunk, dict):
+        if self.done:
+            return []
+        if not isinstance(chunk, dict):
+            self.count_malformed()
             return []
         events: list[Event] = []
         choices = chunk.get("choices") or ()
+        if not isinstance(choices, list):
+            self.count_malformed()  # upstream values are read leniently: skip what has no shape
+            choices = ()
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1 is never requested
             delta = choice.get("delta") or choice.get("message") or {}
+            if not isinstance(delta, dict):
+                self.count_malformed()
+                delta = {}
             if delta:
                 self._delta(delta, events)
                 if self._loop is not None:
@@ -150,7 +188,7 @@ class ChatStreamTranslator:
                 raise classify(
                     0, chunk if chunk.get("error") else {"error": "the upstream reported an error"}
                 )
-            if reason:
+            if isinstance(reason, str) and reason:
                 self._finish_reason = reason
         if not choices and chunk.get("error"):
             raise classify(0, chunk)
@@ -162,6 +200,23 @@ class ChatStreamTranslator:
                 # (Servers that put running usage on every chunk send that last one too.)
                 events.extend(self.finish())
         return events
+
+    def count_malformed(self) -> None:
+        """An upstream chunk that was skipped because it could not be read."""
+        if self._counts is not None:
+            self._counts[MALFORMED_CHUNKS] += 1
+
+    @property
+    def output_chars(self) -> int:
+        """Characters of output so far (text, reasoning, tool-call arguments)."""
+        return self._output_chars
+
+    def truncate(self) -> list[Event]:
+        """End now as `response.incomplete` (max_output_tokens): the gateway's output cap."""
+        if self.done:
+            return []
+        self._finish_reason = "length"
+        return self._terminal()
 
     def finish(self) -> list[Event]:
         """End of the upstream stream ([DONE] or a clean EOF). Raises UpstreamStreamCut when the
@@ -185,8 +240,14 @@ class ChatStreamTranslator:
         if self.done:
             return []
         events: list[Event] = []
-        self._flush_content(events)
-        self._close_all(events, status="incomplete")
+        try:
+            self._flush_content(events)
+            self._close_all(events, status="incomplete")
+        except Exception:
+            # Closing must never cost the terminal event: keep what closed, drop the rest.
+            self._message = self._reasoning = None
+            self._calls.clear()
+            self._output = [item for item in self._output if item]
         self.done = True
         resource = self._env.resource(
             "failed", self._output, usage=self._final_usage(), error=error.to_response_error()
@@ -217,7 +278,7 @@ class ChatStreamTranslator:
         if isinstance(refusal, str) and refusal:
             self._text_delta(refusal, events)
         tool_calls = delta.get("tool_calls")
-        if tool_calls:
+        if tool_calls and isinstance(tool_calls, list):
             for position, call in enumerate(tool_calls):
                 if isinstance(call, dict):
                     self._tool_delta(call, position, events)
@@ -334,6 +395,8 @@ class ChatStreamTranslator:
         key = self._call_keys.get(index, index)
         state = self._calls.get(key)
         call_id = call.get("id") or None
+        if not isinstance(call_id, str):
+            call_id = None
         if state is not None and call_id and state.call_id and call_id != state.call_id:
             # A new id on a known index is a new call (Ollama numbers parallel calls all 0).
             key = max(self._calls) + 1
@@ -347,6 +410,8 @@ class ChatStreamTranslator:
         elif call_id and state.call_id is None:
             state.call_id = call_id
         function = call.get("function") or {}
+        if not isinstance(function, dict):
+            function = {}
         name = function.get("name")
         if isinstance(name, str) and name and not state.args:
             state.name += name  # some servers split the name; it is whole once arguments start
@@ -401,7 +466,7 @@ class ChatStreamTranslator:
         if m is None:
             return
         self._message = None
-        text = "".join(m.parts)
+        text = m.parts.text()
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         events.append(
             self._event(
@@ -430,7 +495,7 @@ class ChatStreamTranslator:
         if r is None:
             return
         self._reasoning = None
-        text = "".join(r.parts)
+        text = r.parts.text()
         part = {"type": "summary_text", "text": text}
         events.append(
             self._event(
@@ -545,13 +610,15 @@ class ChatStreamTranslator:
         return estimated_usage(self._input_estimate, self._output_chars)
 
     def _terminal(self) -> list[Event]:
+        """The closing events and the terminal one. `done` is set only once they are all
+        built: if anything here raises, `fail()` still produces the terminal event."""
         events: list[Event] = []
         self._flush_content(events)
         reason = self._finish_reason
         incomplete = _INCOMPLETE_REASONS.get(reason or "")
         self._close_all(events, "incomplete" if incomplete else "completed")
-        self.done = True
         usage = self._final_usage()
+        self.done = True
         if incomplete:
             resource = self._env.resource(
                 "incomplete", self._output, usage=usage, incomplete_reason=incomplete

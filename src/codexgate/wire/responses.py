@@ -3,10 +3,17 @@
 Strict where the input is ours to judge (types of known fields, with the parameter named in
 the error), lenient where it is not: unknown top-level fields are kept in `extra`, unknown item
 types and unknown keys on items pass through untouched.
+
+Every shape the translators read is checked here, where it enters, so that no client input can
+reach code that assumes a shape: a wrong type is a 400 naming the field, never a 500 later.
+Nesting is limited to `MAX_DEPTH` levels: orjson reads 1,024 levels but writes only ~255, and
+parts of the request (metadata, tool schemas) are echoed or sent upstream, so a deeper body
+would fail on the way out, after the upstream was called.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +31,16 @@ _ITEM_REQUIRED: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "custom_tool_call_output": (("call_id", str), ("output", (str, list))),
 }
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# Deepest nesting accepted, the body itself being level 1. Codex's deepest part is a tool's
+# JSON schema (~10 levels); 64 leaves room for any real schema and keeps every echo of the
+# request (a few levels more inside an event) far below what orjson can write.
+MAX_DEPTH = 64
+# OpenAI's documented limits on `metadata`, which is echoed in every response event.
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 
 
 @dataclass(slots=True)
@@ -92,6 +109,60 @@ def _check_type(value: Any, expected: type | tuple[type, ...], param: str) -> No
         raise InvalidRequest(f"Invalid type for '{param}': expected {_type_name(expected)}.", param=param)
 
 
+def _check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, ...], param: str) -> None:
+    """`obj[name]`, when present and not null, has the expected JSON type."""
+    value = obj.get(name)
+    if value is not None:
+        _check_type(value, expected, f"{param}.{name}")
+
+
+def _nesting_depth(data: Any) -> int:
+    """How deep containers nest (a scalar is 0, `{}` is 1). Iterative: no recursion limit."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+        children = value.values() if isinstance(value, dict) else value
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest if isinstance(data, (dict, list)) else 0
+
+
+def _too_deep_path(data: Any, limit: int) -> str:
+    """The path of the first container nested deeper than `limit` (only called once one is
+    known to exist, so the cost of building paths is paid on the error path alone)."""
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > limit:
+            return path
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            if isinstance(child, (dict, list)):
+                step = f"[{key}]" if isinstance(key, int) else (f".{key}" if path else str(key))
+                stack.append((child, depth + 1, path + step))
+    return ""
+
+
+def check_depth(data: Any, limit: int = MAX_DEPTH) -> None:
+    """Raises InvalidRequest naming the top-level field that nests deeper than `limit`."""
+    if _nesting_depth(data) <= limit:
+        return
+    path = _too_deep_path(data, limit)
+    field_name = _clip(re.split(r"[.\[]", path, maxsplit=1)[0], 80) if path else None
+    raise InvalidRequest(
+        f"'{field_name or 'body'}' nests deeper than {limit} levels (at '{_clip(path, 200)}').",
+        param=field_name,
+    )
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def decode_json_body(body: bytes) -> dict[str, Any]:
     """Raises InvalidRequest when the body is not a JSON object."""
     try:
@@ -111,6 +182,9 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
     _check_type(model, str, "model")
     if not model:
         raise InvalidRequest("'model' must not be empty.", param="model")
+    if _CONTROL.search(model):
+        raise InvalidRequest("'model' must not contain control characters.", param="model")
+    check_depth(data)
 
     raw_input = data.get("input")
     if raw_input is None:
@@ -134,14 +208,20 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
 
     tools = data.get("tools") or []
     for index, tool in enumerate(tools):
-        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-            raise InvalidRequest(
-                f"Invalid value for 'tools[{index}]': expected an object with a 'type'.",
-                param=f"tools[{index}]",
-            )
+        _validate_tool(tool, f"tools[{index}]")
     tool_choice = data.get("tool_choice", "auto")
     if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
         raise InvalidRequest("Invalid type for 'tool_choice'.", param="tool_choice")
+    if isinstance(tool_choice, dict):
+        for name in ("type", "name", "namespace", "mode"):
+            _check_optional(tool_choice, name, str, "tool_choice")
+    if data.get("reasoning") is not None:
+        for name in ("effort", "summary"):
+            _check_optional(data["reasoning"], name, str, "reasoning")
+    if data.get("text") is not None:
+        _validate_text(data["text"])
+    if data.get("metadata") is not None:
+        _validate_metadata(data["metadata"])
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
         raise InvalidRequest("'max_output_tokens' must be at least 1.", param="max_output_tokens")
@@ -177,7 +257,7 @@ def _validate_item(item: Any, param: str) -> None:
         kind = "message"  # EasyInputMessage: {"role", "content"} without a type
     if kind == "message":
         role = item.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise InvalidRequest(
                 f"Invalid value for '{param}.role': expected one of user, assistant, system, developer.",
                 param=f"{param}.role",
@@ -189,12 +269,7 @@ def _validate_item(item: Any, param: str) -> None:
                 param=f"{param}.content",
             )
         if isinstance(content, list):
-            for index, part in enumerate(content):
-                if not isinstance(part, dict):
-                    raise InvalidRequest(
-                        f"Invalid type for '{param}.content[{index}]': expected an object.",
-                        param=f"{param}.content[{index}]",
-                    )
+            _validate_parts(content, f"{param}.content")
         return
     if not isinstance(kind, str):
         raise InvalidRequest(f"Missing required parameter: '{param}.type'.", param=f"{param}.type")
@@ -203,3 +278,91 @@ def _validate_item(item: Any, param: str) -> None:
         if value is None:
             raise InvalidRequest(f"Missing required parameter: '{param}.{name}'.", param=f"{param}.{name}")
         _check_type(value, expected, f"{param}.{name}")
+        if isinstance(value, list):
+            _validate_parts(value, f"{param}.{name}")
+    if kind == "function_call":
+        _check_optional(item, "namespace", str, param)
+    elif kind == "reasoning":
+        _check_optional(item, "encrypted_content", str, param)
+        for name in ("summary", "content"):
+            value = item.get(name)
+            if value is not None:
+                _check_type(value, list, f"{param}.{name}")
+                _validate_parts(value, f"{param}.{name}")
+
+
+def _validate_tool(tool: Any, param: str) -> None:
+    if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+        raise InvalidRequest(f"Invalid value for '{param}': expected an object with a 'type'.", param=param)
+    kind = tool["type"]
+    if kind == "function":
+        _validate_function_tool(tool, param)
+        function = tool.get("function")  # the Chat Completions shape, sent by some clients
+        if function is not None:
+            _check_type(function, dict, f"{param}.function")
+            _validate_function_tool(function, f"{param}.function")
+    elif kind == "custom":
+        _check_optional(tool, "name", str, param)
+        _check_optional(tool, "description", str, param)
+        fmt = tool.get("format")
+        if fmt is not None:
+            _check_type(fmt, dict, f"{param}.format")
+            for name in ("type", "syntax", "definition"):
+                _check_optional(fmt, name, str, f"{param}.format")
+    elif kind == "namespace":
+        _check_optional(tool, "name", str, param)
+        _check_optional(tool, "description", str, param)
+        subtools = tool.get("tools")
+        if subtools is not None:
+            _check_type(subtools, list, f"{param}.tools")
+            for index, sub in enumerate(subtools):
+                sub_param = f"{param}.tools[{index}]"
+                _check_type(sub, dict, sub_param)
+                _check_optional(sub, "type", str, sub_param)
+                _validate_function_tool(sub, sub_param)
+
+
+def _validate_function_tool(tool: dict[str, Any], param: str) -> None:
+    _check_optional(tool, "name", str, param)
+    _check_optional(tool, "description", str, param)
+    _check_optional(tool, "parameters", dict, param)
+    _check_optional(tool, "strict", bool, param)
+
+
+def _validate_text(text: dict[str, Any]) -> None:
+    _check_optional(text, "verbosity", str, "text")
+    fmt = text.get("format")
+    if fmt is None:
+        return
+    _check_type(fmt, dict, "text.format")
+    for name in ("type", "name", "description"):
+        _check_optional(fmt, name, str, "text.format")
+    _check_optional(fmt, "schema", dict, "text.format")
+    _check_optional(fmt, "strict", bool, "text.format")
+
+
+def _validate_metadata(metadata: dict[str, Any]) -> None:
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidRequest(
+            f"'metadata' may hold at most {MAX_METADATA_KEYS} keys, got {len(metadata)}.", param="metadata"
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"'metadata' keys may be at most {MAX_METADATA_KEY_CHARS} characters long.", param="metadata"
+            )
+        param = f"metadata.{key}"
+        _check_type(value, str, param)
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidRequest(
+                f"'{param}' may be at most {MAX_METADATA_VALUE_CHARS} characters long.", param=param
+            )
+
+
+def _validate_parts(parts: list[Any], param: str) -> None:
+    for index, part in enumerate(parts):
+        part_param = f"{param}[{index}]"
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"Invalid type for '{part_param}': expected an object.", param=part_param)
+        _check_optional(part, "type", str, part_param)
+        _check_optional(part, "text", str, part_param)

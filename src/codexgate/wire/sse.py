@@ -7,6 +7,16 @@ from typing import Any
 import orjson
 
 _CR = b"\r"
+_LF = b"\n"
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class SSEEventTooLarge(ValueError):
+    """A line or an event is longer than the decoder's limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an event-stream line or event is larger than {limit} bytes")
+        self.limit = limit
 
 
 class SSEDecoder:
@@ -15,30 +25,55 @@ class SSEDecoder:
     Accepts `\\n`, `\\r\\n` and `\\r` line endings, chunks split anywhere (including between
     `\\r` and `\\n`), multi-line data, comments and the `event:`/`id:`/`retry:` fields, which
     neither Chat Completions nor Codex use and are therefore dropped.
+
+    Buffering is linear: the pieces of an unfinished line are kept in a list and joined once,
+    when the line ends. A line, or an event's data, longer than `max_event_bytes` raises
+    SSEEventTooLarge (then the decoder is spent): an upstream cannot make the gateway hold an
+    unbounded line.
     """
 
-    __slots__ = ("_tail", "_data")
+    __slots__ = ("_tail", "_tail_size", "_data", "_data_size", "_max")
 
-    def __init__(self) -> None:
-        self._tail = b""
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._tail: list[bytes] = []  # pieces of the line not finished yet
+        self._tail_size = 0
         self._data: list[bytes] = []
+        self._data_size = 0
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buf = self._tail + chunk if self._tail else chunk
+        """Raises SSEEventTooLarge."""
+        held = self._tail and self._tail[-1].endswith(_CR)  # a \r that may pair with a \n
+        if _LF not in chunk and _CR not in chunk and not held:  # the middle of a line: no copy
+            if chunk:
+                self._hold(chunk)
+            return []
+        buf = b"".join(self._tail) + chunk if self._tail else chunk
+        self._tail.clear()
+        self._tail_size = 0
         held_cr = b""
         if _CR in buf:
             if buf.endswith(_CR):  # may be the first half of a \r\n split across chunks
                 buf, held_cr = buf[:-1], _CR
             buf = buf.replace(b"\r\n", b"\n").replace(_CR, b"\n")
         lines = buf.split(b"\n")
-        self._tail = lines.pop() + held_cr
+        rest = lines.pop() + held_cr
+        if rest:
+            self._hold(rest)
         return self._take(lines) if lines else []
+
+    def _hold(self, piece: bytes) -> None:
+        self._tail.append(piece)
+        self._tail_size += len(piece)
+        if self._tail_size > self._max:
+            raise SSEEventTooLarge(self._max)
 
     def finish(self) -> list[bytes]:
         """Flush at end of stream; an event not closed by a blank line is still delivered,
         as browsers' EventSource does not, but upstreams that omit the last blank line exist."""
-        lines = [self._tail.rstrip(b"\r")] if self._tail else []
-        self._tail = b""
+        lines = [b"".join(self._tail).rstrip(b"\r")] if self._tail else []
+        self._tail.clear()
+        self._tail_size = 0
         lines.append(b"")
         return self._take(lines)
 
@@ -50,9 +85,15 @@ class SSEDecoder:
                 if data:
                     events.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data.clear()
+                    self._data_size = 0
             elif line.startswith(b"data:"):
                 value = line[5:]
+                self._data_size += len(value)
+                if self._data_size > self._max:
+                    raise SSEEventTooLarge(self._max)
                 data.append(value[1:] if value.startswith(b" ") else value)
+            elif len(line) > self._max:
+                raise SSEEventTooLarge(self._max)
             # comments (":...") and other fields are ignored
         return events
 
