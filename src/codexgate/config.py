@@ -100,6 +100,13 @@ class ModelConfig(_Strict):
         return self
 
 
+class ApiKeyConfig(_Strict):
+    """An inbound API key: the secret is read from `key_env`, never from the file."""
+
+    name: str
+    key_env: str
+
+
 class Settings(_Strict):
     host: str = "127.0.0.1"
     port: int = 8787
@@ -115,6 +122,18 @@ class Settings(_Strict):
     log_level: str = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+    # Who may use the gateway (docs/threat-model.md). Keys are also read from CODEXGATE_API_KEYS.
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    allow_unauthenticated: bool = False  # serve non-loopback clients without keys
+    allowed_hosts: list[str] = Field(default_factory=list)  # Host names besides IPs and localhost
+    cors_origins: list[str] = Field(default_factory=list)  # browser origins allowed; none by default
+    # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
+    header_timeout: float = 10.0  # seconds to receive a request's head
+    body_timeout: float = 60.0  # seconds to receive a request's body
+    keep_alive_timeout: float = 75.0  # seconds an idle keep-alive connection is kept
+    max_connections: int = 1000
+    max_idle_connections: int = 256  # beyond this, the longest-idle connection is closed
+    max_header_bytes: int = 64 * 1024
 
     @model_validator(mode="after")
     def _check_routes(self) -> Settings:
@@ -141,7 +160,10 @@ class Settings(_Strict):
         return upstreams
 
 
-_SCALAR_FIELDS = {name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models")}
+_SCALAR_FIELDS = {
+    name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models", "api_keys")
+}
+_LIST_FIELDS = {"allowed_hosts", "cors_origins"}  # comma-separated in the environment
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -149,7 +171,10 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for name in _SCALAR_FIELDS:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw != "":
-            values[name] = raw  # pydantic converts "300" and "false"
+            if name in _LIST_FIELDS:
+                values[name] = [item.strip() for item in raw.split(",") if item.strip()]
+            else:
+                values[name] = raw  # pydantic converts "300" and "false"
     return values
 
 
@@ -161,8 +186,7 @@ def load_settings(
     """Build the settings. `cli` holds only the flags the user gave (None values are ignored).
     Raises ConfigError with a readable message."""
     environ = os.environ if environ is None else environ
-    if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
-        config_file = Path(environ[ENV_PREFIX + "CONFIG"])
+    config_file = resolve_config_file(config_file, environ)
     merged: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -180,3 +204,28 @@ def load_settings(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from None
+
+
+def resolve_config_file(config_file: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """The config file given by flag, else by CODEXGATE_CONFIG, else None."""
+    if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
+        return Path(environ[ENV_PREFIX + "CONFIG"])
+    return config_file
+
+
+def read_api_key_configs(config_file: Path) -> list[ApiKeyConfig]:
+    """Only the `[[api_keys]]` of a config file, for a reload while serving (the rest of the
+    file is not re-read). Raises ConfigError."""
+    try:
+        data = tomllib.loads(config_file.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {config_file}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    entries = data.get("api_keys", [])
+    try:
+        if not isinstance(entries, list):
+            raise ValueError("api_keys must be an array of tables ([[api_keys]])")
+        return [ApiKeyConfig.model_validate(entry) for entry in entries]
+    except (ValidationError, ValueError) as exc:
+        raise ConfigError(f"invalid api_keys in {config_file}: {exc}") from None

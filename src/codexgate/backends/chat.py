@@ -232,7 +232,7 @@ class ChatCall:
             body = b""
         finally:
             await response.aclose()
-        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers)
+        return classify(response.status, body[:_MAX_ERROR_BODY], response.headers, self._target.name)
 
     async def events(self) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`; the last batch holds the terminal event.

@@ -24,7 +24,9 @@ from codexgate.errors import (
     RateLimited,
     RequestTooLarge,
 )
+from codexgate.redact import Redactor
 from codexgate.routing import Router
+from codexgate.server.guard import SHOW_DETAILS, Guard
 from codexgate.translate.stream import Event
 from codexgate.wire.responses import decode_json_body, parse_request
 from codexgate.wire.sse import encode_events
@@ -59,6 +61,8 @@ async def send_error(send: Send, error: GatewayError) -> None:
     headers = []
     if isinstance(error, RateLimited) and error.retry_after is not None:
         headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    if error.status in (408, 413):
+        headers.append((b"connection", b"close"))  # the rest of the body is not read
     await send_json(send, error.status, error.to_body(), headers)
 
 
@@ -71,9 +75,15 @@ class GatewayApp:
         on_startup: Callable[[], Awaitable[None]] | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         on_no_upstream: Callable[[], Awaitable[None]] | None = None,
+        guard: Guard | None = None,
+        redactor: Redactor | None = None,
+        body_timeout: float | None = None,
     ) -> None:
         self.router = router
         self.max_body_bytes = max_body_bytes
+        self.guard = guard
+        self.redactor = redactor or Redactor()
+        self.body_timeout = body_timeout
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
@@ -109,6 +119,11 @@ class GatewayApp:
     # -- routing
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.guard is not None:
+            guarded = await self.guard.http(scope, send)
+            if guarded is None:
+                return  # refused, or a CORS preflight answered
+            send = guarded
         path: str = scope["path"]
         method: str = scope["method"]
         if path.startswith("/v1/"):
@@ -123,15 +138,19 @@ class GatewayApp:
             elif path == "/models" and method == "GET":
                 await send_json(send, 200, await self._models())
             elif path in ("/health", "/healthz") and method == "GET":
-                await send_json(send, 200, self._health())
+                details = scope.get(SHOW_DETAILS, True)
+                await send_json(send, 200, self._health() if details else {"status": "ok"})
             else:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
         except GatewayError as exc:
+            exc.message = self.redactor.redact(exc.message)  # upstream text may echo secrets
             await send_error(send, exc)
         except ClientGone:
             pass
 
     async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
+        if self.guard is not None and not await self.guard.websocket(scope, send):
+            return
         # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).
         if "websocket.http.response" in scope.get("extensions", {}):
             await send(
@@ -150,6 +169,18 @@ class GatewayApp:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
                 raise RequestTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+        try:
+            # A client that sends part of a body and holds the connection open is cut off.
+            async with asyncio.timeout(self.body_timeout):
+                return await self._receive_body(receive)
+        except TimeoutError:
+            raise InvalidRequest(
+                f"The request body did not arrive within {self.body_timeout:g} seconds.",
+                code="request_timeout",
+                status=408,
+            ) from None
+
+    async def _receive_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -180,9 +211,9 @@ class GatewayApp:
         events = call.events()
         try:
             if stream:
-                await _deliver_sse(events, send, delivery)
+                await _deliver_sse(events, send, delivery, self.redactor)
             else:
-                await _deliver_json(events, send, delivery)
+                await _deliver_json(events, send, delivery, self.redactor)
             async for _ in events:  # the backend drains the upstream after the terminal event
                 pass
         finally:
@@ -218,18 +249,32 @@ class GatewayApp:
         }
 
 
-async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
+def _redact_failure(event: Event, redactor: Redactor) -> None:
+    """Mask secrets in a `response.failed` event's message (upstream text may echo them)."""
+    error = event["response"].get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        event["response"]["error"] = {**error, "message": redactor.redact(error["message"])}
+
+
+async def _deliver_sse(
+    events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery, redactor: Redactor
+) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     async for batch in events:
+        last = batch[-1]["type"]
+        if last == "response.failed":
+            _redact_failure(batch[-1], redactor)
         await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
-        if batch[-1]["type"] in _TERMINAL:
+        if last in _TERMINAL:
             break
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
     delivery.complete = True
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery) -> None:
+async def _deliver_json(
+    events: AsyncIterator[list[Event]], send: Send, delivery: _Delivery, redactor: Redactor
+) -> None:
     """Non-streaming: the same events, folded into the final response object."""
     final: dict[str, Any] | None = None
     async for batch in events:
@@ -239,6 +284,8 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery
             break
     if final is None:
         raise GatewayError("The stream ended without a terminal event.")
+    if final["type"] == "response.failed":
+        _redact_failure(final, redactor)
     resource = final["response"]
     delivery.complete = True
     if final["type"] == "response.failed":
