@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from codexgate import __version__
-from codexgate.config import ConfigError, Settings, load_settings
+from codexgate.config import ConfigError, Settings, load_settings, resolve_config_file
 
 
 def _serve_flags(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +38,12 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
         help="do not look for a local model server when no upstream is given",
     )
     parser.add_argument("--log-level", help="debug, info, warning, error")
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_const",
+        const=True,
+        help="serve clients beyond loopback without API keys (they can spend the upstream)",
+    )
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
@@ -51,37 +58,22 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         "max_body_bytes",
         "discover",
         "log_level",
+        "allow_unauthenticated",
     )
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in fields}
     return load_settings(cli, args.config)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from codexgate.app import build_app
+    from codexgate.server import serve
 
     settings = _settings_from(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = build_app(settings)
-    upstreams = settings.all_upstreams()
-    if upstreams:
-        for upstream in upstreams:
-            logging.getLogger("codexgate").info("upstream %s: %s", upstream.name, upstream.base_url)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",
-        lifespan="on",
-        log_level=settings.log_level.lower(),
-        timeout_keep_alive=75,
-        access_log=False,
-    )
+    app = build_app(settings, config_file=resolve_config_file(args.config, os.environ))
+    serve.run(settings, app)
     return 0
 
 
