@@ -84,6 +84,7 @@ class Guard:
         redactor: Redactor | None = None,
         config_file: Path | None = None,
         environ: Mapping[str, str] | None = None,
+        reload_check_seconds: float = _RELOAD_CHECK_SECONDS,
     ) -> None:
         self.keys = keys
         self.policy = policy
@@ -95,7 +96,8 @@ class Guard:
         self._origins = frozenset(o.lower().rstrip("/") for o in policy.cors_origins)
         self._any_origin = "*" in policy.cors_origins
         self._mtime = self._config_mtime()
-        self._next_check = time.monotonic() + _RELOAD_CHECK_SECONDS
+        self._check_every = reload_check_seconds
+        self._next_check = time.monotonic() + reload_check_seconds
 
     # -- reload
 
@@ -137,7 +139,7 @@ class Guard:
         now = time.monotonic()
         if now < self._next_check:
             return
-        self._next_check = now + _RELOAD_CHECK_SECONDS
+        self._next_check = now + self._check_every
         if self._config_mtime() != self._mtime:
             self.reload()
 
