@@ -112,6 +112,14 @@ def redact_handlers(redactor: Redactor) -> None:
             handler.addFilter(log_filter)
 
 
+def log_startup(settings: Settings, app: GatewayApp) -> None:
+    """What the gateway serves, with no secret in it: URL credentials masked, keys by name."""
+    for upstream in settings.all_upstreams():
+        log.info("upstream %s: %s", upstream.name, redact_url(upstream.base_url))
+    if app.guard is not None and app.guard.keys:
+        log.info("API keys in force: %s", ", ".join(app.guard.keys.names))
+
+
 def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | None = None) -> None:
     """Serve `app` until SIGINT/SIGTERM. SIGHUP re-reads the API keys.
     Raises ConfigError when the settings expose an unauthenticated gateway."""
@@ -120,10 +128,7 @@ def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | N
     limits = connection_limits(settings, fit_open_file_limit(settings.max_connections))
     config = uvicorn_config(app, settings, limits)
     redact_handlers(app.redactor)
-    for upstream in settings.all_upstreams():
-        log.info("upstream %s: %s", upstream.name, redact_url(upstream.base_url))
-    if guard is not None and guard.keys:
-        log.info("API keys in force: %s", ", ".join(guard.keys.names))
+    log_startup(settings, app)
     server = uvicorn.Server(config)
 
     async def main() -> None:
