@@ -48,14 +48,17 @@ class _App:
 
 
 @asynccontextmanager
-async def serving(app: Any, **overrides: Any) -> AsyncIterator[tuple[int, uvicorn.Server]]:
+async def serving(
+    app: Any, *, websockets: bool = False, **overrides: Any
+) -> AsyncIterator[tuple[int, uvicorn.Server]]:
     """`app` under uvicorn in this loop on a free loopback port, with codexgate's limits."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     settings = Settings(port=port, **overrides)
     config = uvicorn_config(app, settings, connection_limits(settings), log_config=None)
-    config.ws = "none"  # not under test here
+    if not websockets:
+        config.ws = "none"
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -267,3 +270,20 @@ async def test_a_long_stream_and_keep_alive_reuse_outlast_the_head_timeout() -> 
             status, body = await read_response(reader)
             assert status == 200 and body.count(b"tick") == 8  # 0.8 s, four head timeouts
         writer.close()
+
+
+async def test_a_websocket_upgrade_without_a_key_is_refused_on_the_wire() -> None:
+    environ = {"CODEXGATE_API_KEYS": "ws-test-key-123456"}
+    settings = load_settings({"upstream": "http://127.0.0.1:9/v1", "discover": False}, environ=environ)
+    app = build_app(settings, environ=environ)
+    upgrade = (
+        "GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{}\r\n"
+    )
+    async with serving(app, websockets=True) as (port, _):
+        for extra, status in (("", 401), ("x-api-key: ws-test-key-123456\r\n", 426)):
+            reader, writer = await connect(port)
+            writer.write(upgrade.format(extra).encode())
+            got, _ = await read_response(reader)
+            assert got == status
+            writer.close()
