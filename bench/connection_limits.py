@@ -18,7 +18,16 @@ import time
 
 
 async def start_gateway(extra: list[str]) -> tuple[asyncio.subprocess.Process, int]:
-    args = ["-m", "codexgate.cli", "serve", "--port", "0", "--no-discover", "--upstream", "http://127.0.0.1:9/v1"]
+    args = [
+        "-m",
+        "codexgate.cli",
+        "serve",
+        "--port",
+        "0",
+        "--no-discover",
+        "--upstream",
+        "http://127.0.0.1:9/v1",
+    ]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *args, *extra, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
     )
@@ -91,7 +100,9 @@ async def slowloris(port: int) -> None:
 
     task = asyncio.create_task(drip())
     head = await asyncio.wait_for(reader.readuntil(b"\r\n"), 60)
-    print(f"slowloris (a header every 0.1 s): {head.strip().decode()} after {time.monotonic() - started:.1f}s")
+    print(
+        f"slowloris (a header every 0.1 s): {head.strip().decode()} after {time.monotonic() - started:.1f}s"
+    )
     task.cancel()
     writer.close()
 

@@ -51,9 +51,7 @@ def upstream_target(
     base_url, user, password = split_url_credentials(upstream.base_url)
     if user is not None or password is not None:
         if any(name.lower() == "authorization" for name in headers):
-            log.warning(
-                "upstream %s: the credentials in its URL are not sent, its API key is", upstream.name
-            )
+            log.warning("upstream %s: the credentials in its URL are not sent, its API key is", upstream.name)
         else:
             headers["authorization"] = f"Basic {basic_credentials(user or '', password)}"
     dialect = ChatDialect(

@@ -97,7 +97,7 @@ def uvicorn_config(
         ws="websockets-sansio",
         lifespan="on",
         log_level=settings.log_level.lower(),
-        timeout_keep_alive=int(settings.keep_alive_timeout),
+        timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
         access_log=False,
         log_config=log_config,
     )
