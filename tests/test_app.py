@@ -170,7 +170,7 @@ async def test_openai_sdk_non_streaming_and_error_types() -> None:
         ),
         (
             error_reply(401, openai_error("bad key", error_type="authentication_error")),
-            401,
+            502,  # the upstream refused the gateway's key; a 401 would be Codex's own login
             "upstream_authentication_failed",
         ),
         (error_reply(404, openai_error("The model `nope` does not exist")), 404, "model_not_found"),

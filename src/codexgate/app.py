@@ -5,16 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
+from codexgate.redact import (
+    Redactor,
+    basic_credentials,
+    install_log_redaction,
+    split_url_credentials,
+    url_secrets,
+)
 from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
+from codexgate.server.auth import KeyRing, resolve_api_keys
+from codexgate.server.guard import AccessPolicy, Guard
 from codexgate.translate.dialect import ChatDialect
 
 log = logging.getLogger("codexgate")
@@ -36,6 +46,14 @@ def upstream_target(
                 upstream.name,
                 upstream.api_key_env,
             )
+    # Credentials in the URL become a Basic header: a URL is printed in logs and error
+    # messages, and aiohttp refuses a URL with credentials next to an Authorization header.
+    base_url, user, password = split_url_credentials(upstream.base_url)
+    if user is not None or password is not None:
+        if any(name.lower() == "authorization" for name in headers):
+            log.warning("upstream %s: the credentials in its URL are not sent, its API key is", upstream.name)
+        else:
+            headers["authorization"] = f"Basic {basic_credentials(user or '', password)}"
     dialect = ChatDialect(
         developer_role=upstream.developer_role,
         reasoning_replay=upstream.reasoning_replay,
@@ -50,7 +68,7 @@ def upstream_target(
     )
     return UpstreamTarget(
         name=upstream.name,
-        base_url=upstream.base_url.rstrip("/"),
+        base_url=base_url.rstrip("/"),
         headers=headers,
         dialect=dialect,
         connect_timeout=upstream.connect_timeout or settings.connect_timeout,
@@ -117,11 +135,52 @@ class _LocalServerFinder:
         self._router.backends[upstream.name] = ChatBackend(target, self._transport, self._once)
 
 
+def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """The upstream credentials this process holds: API keys and URL passwords."""
+    found: list[str] = []
+    for upstream in settings.all_upstreams():
+        if upstream.api_key_env and environ.get(upstream.api_key_env):
+            found.append(environ[upstream.api_key_env])
+        found += url_secrets(upstream.base_url)
+    return found
+
+
+def _with_log_redaction(
+    redactor: Redactor, startup: Callable[[], Any], transport: Transport
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """Lifespan hooks: mask secrets in the gateway's log records while it serves."""
+    uninstall: list[Callable[[], None]] = []
+
+    async def on_startup() -> None:
+        uninstall.append(install_log_redaction(redactor))
+        await startup()
+
+    async def on_shutdown() -> None:
+        try:
+            await transport.aclose()
+        finally:
+            while uninstall:
+                uninstall.pop()()
+
+    return on_startup, on_shutdown
+
+
 def build_app(
-    settings: Settings, transport: Transport | None = None, environ: Mapping[str, str] | None = None
+    settings: Settings,
+    transport: Transport | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
 ) -> GatewayApp:
-    """The ASGI app for these settings. `transport` is the seam tests replace."""
+    """The ASGI app for these settings. `transport` is the seam tests replace; `config_file` is
+    where API keys are re-read from on reload. Raises ConfigError for an API key that is
+    configured but unset or too short."""
     environ = os.environ if environ is None else environ
+    keys = resolve_api_keys(settings.api_keys, environ)
+    redactor = Redactor([*upstream_secrets(settings, environ), *keys.values()])
+    policy = AccessPolicy(
+        settings.allow_unauthenticated, tuple(settings.allowed_hosts), tuple(settings.cors_origins)
+    )
+    guard = Guard(KeyRing(keys), policy, redactor=redactor, config_file=config_file, environ=environ)
     transport = transport or AiohttpTransport()
     once = OnceLog()
     router: Router[ChatBackend] = Router()
@@ -136,10 +195,14 @@ def build_app(
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 
     finder = _LocalServerFinder(settings, router, transport, once, environ)
+    on_startup, on_shutdown = _with_log_redaction(redactor, finder.find, transport)
     return GatewayApp(
         router,
         max_body_bytes=settings.max_body_bytes,
-        on_startup=finder.find,
-        on_shutdown=transport.aclose,
+        on_startup=on_startup,
+        on_shutdown=on_shutdown,
         on_no_upstream=finder.find,
+        guard=guard,
+        redactor=redactor,
+        body_timeout=settings.body_timeout,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codexgate import __version__
-from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings
+from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings, resolve_config_file
 
 
 def _setting_flag(parser: argparse.ArgumentParser, name: str, help: str, **kwargs: Any) -> None:
@@ -85,6 +85,13 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
         const=False,
     )
     _setting_flag(parser, "log_level", "debug, info, warning, error or critical", metavar="LEVEL")
+    _setting_flag(
+        parser,
+        "allow_unauthenticated",
+        "serve clients beyond loopback without API keys (they can spend the upstream)",
+        action="store_const",
+        const=True,
+    )
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
@@ -94,31 +101,15 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from codexgate.app import build_app
+    from codexgate.server import serve
 
     settings = _settings_from(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = build_app(settings)
-    upstreams = settings.all_upstreams()
-    if upstreams:
-        for upstream in upstreams:
-            logging.getLogger("codexgate").info("upstream %s: %s", upstream.name, upstream.base_url)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",
-        lifespan="on",
-        log_level=settings.log_level.lower(),
-        timeout_keep_alive=75,
-        access_log=False,
-    )
+    app = build_app(settings, config_file=resolve_config_file(args.config, os.environ))
+    serve.run(settings, app)
     return 0
 
 

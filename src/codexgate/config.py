@@ -155,9 +155,16 @@ class ModelConfig(_Strict):
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
+class ApiKeyConfig(_Strict):
+    """An inbound API key: the secret is read from `key_env`, never from the file."""
+
+    name: str
+    key_env: str
+
+
 class Settings(_Strict):
     host: str = "127.0.0.1"
-    port: int = Field(default=8787, ge=1, le=65535)
+    port: int = Field(default=8787, ge=0, le=65535)  # 0: any free port (the log says which)
     upstream: str | None = None  # one upstream given by flag or env: becomes "default"
     upstream_api_key_env: str | None = None
     idle_timeout: float = 300.0
@@ -176,6 +183,18 @@ class Settings(_Strict):
     log_level: LogLevel = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+    # Who may use the gateway (docs/threat-model.md). Keys are also read from CODEXGATE_API_KEYS.
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    allow_unauthenticated: bool = False  # serve non-loopback clients without keys
+    allowed_hosts: list[str] = Field(default_factory=list)  # Host names besides IPs and localhost
+    cors_origins: list[str] = Field(default_factory=list)  # browser origins allowed; none by default
+    # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
+    header_timeout: float = 10.0  # seconds to receive a request's head
+    body_timeout: float = 60.0  # seconds to receive a request's body
+    keep_alive_timeout: float = 75.0  # seconds an idle keep-alive connection is kept
+    max_connections: int = 1000
+    max_idle_connections: int = 256  # beyond this, the longest-idle connection is closed
+    max_header_bytes: int = 64 * 1024
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -212,7 +231,10 @@ class Settings(_Strict):
         return upstreams
 
 
-_SCALAR_FIELDS = {name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models")}
+_SCALAR_FIELDS = {
+    name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models", "api_keys")
+}
+_LIST_FIELDS = {"allowed_hosts", "cors_origins"}  # comma-separated in the environment
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -220,7 +242,10 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for name in _SCALAR_FIELDS:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw != "":
-            values[name] = raw  # pydantic converts "300" and "false"
+            if name in _LIST_FIELDS:
+                values[name] = [item.strip() for item in raw.split(",") if item.strip()]
+            else:
+                values[name] = raw  # pydantic converts "300" and "false"
     return values
 
 
@@ -233,8 +258,7 @@ def load_settings(
     Raises ConfigError with a readable message: where the bad value came from (flag,
     environment variable or file) and, for an unknown key, the nearest known one."""
     environ = os.environ if environ is None else environ
-    if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
-        config_file = Path(environ[ENV_PREFIX + "CONFIG"])
+    config_file = resolve_config_file(config_file, environ)
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if config_file is not None:
@@ -258,7 +282,11 @@ def load_settings(
         raise ConfigError(f"invalid settings: {problems}") from None
 
 
-_TABLE_FIELDS = {"upstreams": UpstreamConfig.model_fields, "models": ModelConfig.model_fields}
+_TABLE_FIELDS = {
+    "upstreams": UpstreamConfig.model_fields,
+    "models": ModelConfig.model_fields,
+    "api_keys": ApiKeyConfig.model_fields,
+}
 
 
 def _describe(error: Any, sources: Mapping[str, str]) -> str:
@@ -275,3 +303,28 @@ def _describe(error: Any, sources: Mapping[str, str]) -> str:
     value = error.get("input")
     shown = f" = {value!r}" if isinstance(value, (str, int, float)) and len(loc) == 1 else ""
     return f"{where}{shown} ({source}): {message}" if source else f"{where}{shown}: {message}"
+
+
+def resolve_config_file(config_file: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """The config file given by flag, else by CODEXGATE_CONFIG, else None."""
+    if config_file is None and environ.get(ENV_PREFIX + "CONFIG"):
+        return Path(environ[ENV_PREFIX + "CONFIG"])
+    return config_file
+
+
+def read_api_key_configs(config_file: Path) -> list[ApiKeyConfig]:
+    """Only the `[[api_keys]]` of a config file, for a reload while serving (the rest of the
+    file is not re-read). Raises ConfigError."""
+    try:
+        data = tomllib.loads(config_file.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {config_file}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+    entries = data.get("api_keys", [])
+    try:
+        if not isinstance(entries, list):
+            raise ValueError("api_keys must be an array of tables ([[api_keys]])")
+        return [ApiKeyConfig.model_validate(entry) for entry in entries]
+    except (ValidationError, ValueError) as exc:
+        raise ConfigError(f"invalid api_keys in {config_file}: {exc}") from None

@@ -166,8 +166,10 @@ class QuotaExceeded(UpstreamError):
 
 
 class UpstreamAuthError(UpstreamError):
-    status = 401
-    error_type = "authentication_error"
+    """The upstream refused the gateway's own key. Not a 401: Codex reads that as its login to
+    the gateway failing."""
+
+    status = 502
     default_code = Code.UPSTREAM_AUTH
 
 

@@ -299,7 +299,7 @@ class ChatCall:
             body = b""
         finally:
             await response.aclose()
-        return classify(response.status, body, response.headers, url)
+        return classify(response.status, body, response.headers, url, upstream=self._target.name)
 
     async def events(self) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`; the last batch holds the terminal event.

@@ -25,8 +25,10 @@ from codexgate.errors import (
     RateLimited,
     RequestTooLarge,
 )
+from codexgate.redact import Redactor
 from codexgate.routing import Router
 from codexgate.server.access import Exchange
+from codexgate.server.guard import SHOW_DETAILS, Guard
 from codexgate.translate.stream import Event
 from codexgate.wire.responses import decode_json_body, parse_request
 from codexgate.wire.sse import encode_events
@@ -61,6 +63,8 @@ async def send_error(send: Send, error: GatewayError) -> None:
     headers = []
     if isinstance(error, RateLimited) and error.retry_after is not None:
         headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    if error.status in (408, 413):
+        headers.append((b"connection", b"close"))  # the rest of the body is not read
     await send_json(send, error.status, error.to_body(), headers)
 
 
@@ -73,9 +77,15 @@ class GatewayApp:
         on_startup: Callable[[], Awaitable[None]] | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         on_no_upstream: Callable[[], Awaitable[None]] | None = None,
+        guard: Guard | None = None,
+        redactor: Redactor | None = None,
+        body_timeout: float | None = None,
     ) -> None:
         self.router = router
         self.max_body_bytes = max_body_bytes
+        self.guard = guard
+        self.redactor = redactor or Redactor()
+        self.body_timeout = body_timeout
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
@@ -111,6 +121,11 @@ class GatewayApp:
     # -- routing
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.guard is not None:
+            guarded = await self.guard.http(scope, send)
+            if guarded is None:
+                return  # refused, or a CORS preflight answered
+            send = guarded
         path: str = scope["path"]
         method: str = scope["method"]
         if path.startswith("/v1/"):
@@ -126,10 +141,12 @@ class GatewayApp:
                 await send_json(send, 200, await self._models())
             elif path in ("/health", "/healthz") and method == "GET":
                 status, health = await self._health()
-                await send_json(send, status, health)
+                details = scope.get(SHOW_DETAILS, True)
+                await send_json(send, status, health if details else {"status": health["status"]})
             else:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
         except GatewayError as exc:
+            exc.message = self.redactor.redact(exc.message)  # upstream text may echo secrets
             await send_error(send, exc)
         except ClientGone:
             pass
@@ -142,6 +159,8 @@ class GatewayApp:
                 pass
 
     async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
+        if self.guard is not None and not await self.guard.websocket(scope, send):
+            return
         # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).
         if "websocket.http.response" in scope.get("extensions", {}):
             await send(
@@ -160,6 +179,18 @@ class GatewayApp:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
                 raise RequestTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+        try:
+            # A client that sends part of a body and holds the connection open is cut off.
+            async with asyncio.timeout(self.body_timeout):
+                return await self._receive_body(receive)
+        except TimeoutError:
+            raise InvalidRequest(
+                f"The request body did not arrive within {self.body_timeout:g} seconds.",
+                code="request_timeout",
+                status=408,
+            ) from None
+
+    async def _receive_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -201,9 +232,9 @@ class GatewayApp:
         events = call.events()
         try:
             if stream:
-                await _deliver_sse(events, send, delivery)
+                await _deliver_sse(events, send, delivery, self.redactor)
             else:
-                await _deliver_json(events, send, delivery)
+                await _deliver_json(events, send, delivery, self.redactor)
             async for _ in events:  # the backend drains the upstream after the terminal event
                 pass
         finally:
@@ -254,16 +285,28 @@ class GatewayApp:
         }
 
 
-async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery: Exchange) -> None:
+def _redact_failure(event: Event, redactor: Redactor) -> None:
+    """Mask secrets in a `response.failed` event's message (upstream text may echo them)."""
+    error = event["response"].get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        event["response"]["error"] = {**error, "message": redactor.redact(error["message"])}
+
+
+async def _deliver_sse(
+    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
+) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
     delivery.status = 200
     batches = 0
     async for batch in events:
+        last = batch[-1]["type"]
+        if last == "response.failed":
+            _redact_failure(batch[-1], redactor)
         await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
         batches += 1
         if batches == 2:  # the first batch after response.created/in_progress
             delivery.saw_output()
-        if batch[-1]["type"] in _TERMINAL:
+        if last in _TERMINAL:
             delivery.ended_with(batch[-1])
             break
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
@@ -271,7 +314,9 @@ async def _deliver_sse(events: AsyncIterator[list[Event]], send: Send, delivery:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery: Exchange) -> None:
+async def _deliver_json(
+    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
+) -> None:
     """Non-streaming: the same events, folded into the final response object."""
     final: dict[str, Any] | None = None
     batches = 0
@@ -285,6 +330,8 @@ async def _deliver_json(events: AsyncIterator[list[Event]], send: Send, delivery
             break
     if final is None:
         raise GatewayError("The stream ended without a terminal event.")
+    if final["type"] == "response.failed":
+        _redact_failure(final, redactor)
     resource = final["response"]
     delivery.complete = True
     delivery.ended_with(final)

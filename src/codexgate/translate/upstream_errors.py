@@ -22,6 +22,7 @@ from codexgate.errors import (
     UpstreamServerError,
     UpstreamWrongURL,
 )
+from codexgate.redact import redact_patterns
 
 # Codes or types that upstreams put in their error object.
 _BY_CODE: dict[str, type[UpstreamError]] = {
@@ -106,11 +107,15 @@ def classify(
     body: bytes | Mapping[str, Any],
     headers: Mapping[str, str] | None = None,
     url: str | None = None,
+    upstream: str | None = None,
 ) -> UpstreamError:
     """An upstream failure as the exception the gateway reports. `status` 0 means an error
-    object inside an otherwise successful stream; `url`, what was asked, names a wrong path."""
+    object inside an otherwise successful stream; `url`, what was asked, names a wrong path;
+    `upstream` names it in messages that need it. Credential-shaped text in the upstream's
+    message is masked: some servers echo the request's headers."""
     headers = headers or {}
     message, code, kind = _error_object(body)
+    message = redact_patterns(message)
     if status == 0 and code is not None and code.isdigit() and 400 <= int(code) < 600:
         status = int(code)  # in-stream errors often carry the HTTP status as their code
     retry_after = parse_retry_after(headers, message)
@@ -149,6 +154,13 @@ def classify(
         else:
             cls = UpstreamBadRequest
 
+    if cls is UpstreamAuthError:
+        name = f"upstream {upstream!r}" if upstream else "the upstream"
+        return UpstreamAuthError(
+            f"{name[0].upper()}{name[1:]} refused the gateway's credentials (HTTP {status or 'error'}): "
+            f"{text}. Check the key codexgate sends it (api_key_env / --upstream-api-key-env).",
+            retry_after=retry_after,
+        )
     if cls is RateLimited:
         wait = retry_after if retry_after is not None else 1.0
         if not _TRY_AGAIN.search(detail):
