@@ -10,24 +10,44 @@ cut-off text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-from tests.e2e.test_codex_gateway import JSON, codex, serving
+from codexgate.app import build_app
+from codexgate.config import load_settings
+from tests.e2e.test_codex_gateway import JSON, codex
 from tests.support.fake_upstream import (
+    FakeUpstream,
     Reply,
     cut_reply,
     ends_with_assistant_text,
+    raw_reply,
     refusing_prefill,
+    stall_reply,
     text_reply,
 )
+from tests.support.servers import run_asgi_server
 
 pytestmark = pytest.mark.e2e
 
 LOOP = "I'm sure you'll find them all to your liking.\n\n"  # SmolLM2's loop, seen through Codex
 ANSWER = "Here is a proper answer."
+IDLE_TIMEOUT = 1.0  # seconds; the stalled attempt below waits on it once
+
+
+@contextmanager
+def serving(script: Any) -> Iterator[tuple[str, FakeUpstream]]:
+    fake = FakeUpstream(script)
+    with run_asgi_server(fake) as upstream:
+        config = {"upstream": upstream + "/v1", "discover": False, "idle_timeout": IDLE_TIMEOUT}
+        settings = load_settings(config, environ={})
+        with run_asgi_server(build_app(settings, environ={}), lifespan="on") as gateway:
+            yield gateway, fake
 
 
 def looping(_: JSON) -> Reply:
@@ -45,7 +65,29 @@ def cut_off(_: JSON) -> Reply:
     return cut_reply("This answer stops in the mid")
 
 
-FIRST_ATTEMPTS = {"loop": looping, "loop_after_reasoning": looping_after_reasoning, "stream_cut": cut_off}
+def stalled(_: JSON) -> Reply:
+    # silent far longer than the idle timeout (the gateway cancels it)
+    return stall_reply("This answer stalls in the middle.", 60 * IDLE_TIMEOUT)
+
+
+def erroring(_: JSON) -> Reply:
+    text = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Half an answer"}}]}
+    error = {
+        "error": {"message": "The server had an error while processing your request.", "type": "server_error"}
+    }
+    return raw_reply(
+        [b"data: " + orjson.dumps(text) + b"\n\n", b"data: " + orjson.dumps(error) + b"\n\n"],
+        headers={"content-type": "text/event-stream"},
+    )
+
+
+FIRST_ATTEMPTS = {
+    "loop": looping,
+    "loop_after_reasoning": looping_after_reasoning,
+    "stream_cut": cut_off,
+    "idle_timeout": stalled,
+    "error_in_stream": erroring,
+}
 
 
 def first_fails_then(
@@ -82,8 +124,8 @@ def test_a_cut_answer_is_left_out_of_the_retry_and_the_turn_completes(tmp_path: 
     # The retry is the first request again: no partial text, no reasoning of the failed attempt.
     assert retry["messages"] == failed["messages"]
     assert roles(retry)[-1] == "user" and "assistant" not in roles(retry)
-    if first != "stream_cut":
-        assert fake.disconnects == 1  # the looping generation was cancelled
+    if first.startswith("loop") or first == "idle_timeout":
+        assert fake.disconnects == 1  # the looping or stalled generation was cancelled
 
 
 def test_later_turns_do_not_carry_the_cut_answer(tmp_path: Path) -> None:
