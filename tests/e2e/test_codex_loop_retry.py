@@ -3,8 +3,8 @@
 Codex records every `output_item.done` item, the partial answer of a failed attempt included,
 and sends it back on its retry and on every later turn. The upstream here behaves like
 llama.cpp: a request whose messages end with an assistant message is refused with a 400 (which
-Codex does not retry). The first attempt fails (a loop the guard stops, or a stream cut), the
-second answers: the turn must complete with the second answer, and no request may carry the
+Codex does not retry). The first attempt fails (a loop the guard stops, a stream cut, an idle
+timeout, an error object in the stream), the second answers: the turn must complete with the second answer, and no request may carry the
 cut-off text.
 """
 
