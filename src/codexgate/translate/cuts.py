@@ -23,8 +23,9 @@ request. Decided against, after watching Codex 0.169:
 - `status: "incomplete"` (Codex echoes it): a `finish_reason: length` answer has it too, and that
   one is a real answer the user may ask to continue.
 An empty reasoning item is also the least visible item to Codex (OpenAI's hidden reasoning has
-the same shape). A message the gateway did not mark, such as a client's prefill, passes
-through unchanged.
+the same shape; `codex exec` shows nothing for it). A message the gateway did not mark, such as
+a client's prefill, passes through unchanged; so does history from a client that drops item
+ids or `encrypted_content`, as before this marker existed.
 """
 
 from __future__ import annotations
