@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
 import pytest
 
-from codexgate.errors import InvalidRequest
+from codexgate.errors import InvalidRequest, ModelOutputLoop
+from codexgate.translate.cuts import cut_marker
 from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.envelope import Envelope
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.request import LATE_DEVELOPER_PREFIX, MISSING_OUTPUT, to_chat_request
+from codexgate.translate.stream import ChatStreamTranslator
+from codexgate.translate.tools import ToolMap
 from codexgate.wire.responses import decode_json_body, parse_request
 
 APPLY_PATCH = {
@@ -300,6 +305,73 @@ def test_foreign_reasoning_falls_back_to_its_summary_text() -> None:
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]},
     ]
     assert chat({"model": "m", "input": items})["messages"][1]["reasoning_content"] == "thought"
+
+
+# -- answers a failure cut short (translate/cuts.py)
+
+_IDS = itertools.count()
+
+
+def failed_output(text: str, reasoning: str | None = None) -> list[dict[str, Any]]:
+    """The output of a response that failed mid-answer, as the gateway streams it."""
+    envelope = Envelope.for_request(parse_request({"model": "m", "input": "hi"}), "resp_x", 0)
+    translator = ChatStreamTranslator(envelope, ToolMap(), lambda prefix: f"{prefix}_{next(_IDS)}")
+    delta = {"content": text} | ({"reasoning_content": reasoning} if reasoning else {})
+    translator.feed({"choices": [{"index": 0, "delta": delta}]})
+    *_, failed = translator.fail(ModelOutputLoop("stopped"))
+    output: list[dict[str, Any]] = failed["response"]["output"]
+    return output
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def test_codex_retry_after_a_failure_leaves_the_cut_answer_out() -> None:
+    first = [dev("base"), user("hello")]
+    retry = [*first, *failed_output("Sure. Sure. Sure.", reasoning="I will greet them.")]
+    assert (
+        chat({"model": "m", "input": retry})["messages"] == chat({"model": "m", "input": first})["messages"]
+    )
+    again = [*retry, *failed_output("Sure. Sure.")]  # llama.cpp refused two trailing assistants
+    assert chat({"model": "m", "input": again})["messages"][-1] == {"role": "user", "content": "hello"}
+
+
+def test_later_turns_keep_the_real_answer_without_the_cut_one_or_its_reasoning() -> None:
+    items = [
+        user("hello"),
+        *failed_output("Sure. Sure.", reasoning="cut thinking"),
+        answer("Hi!"),
+        user("next"),
+    ]
+    assert chat({"model": "m", "input": items})["messages"] == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": "next"},
+    ]
+
+
+def test_items_as_codex_echoes_them_are_recognised() -> None:
+    # Codex 0.169 sends the marker back with `content: null` and the message with its status.
+    cut = {**answer("Sure. Sure."), "id": "msg_a", "status": "incomplete"}
+    marker = {**cut_marker("rs_b", ["msg_a"]), "content": None}
+    messages = chat({"model": "m", "input": [user("hello"), cut, marker]})["messages"]
+    assert messages == [{"role": "user", "content": "hello"}]
+
+
+def test_a_trailing_assistant_message_without_a_marker_is_a_prefill_passed_unchanged() -> None:
+    prefill = {**answer("Sure, here is the list:"), "id": "msg_a", "status": "incomplete"}
+    messages = chat({"model": "m", "input": [user("list three fruits"), prefill]})["messages"]
+    assert messages[-1] == {"role": "assistant", "content": "Sure, here is the list:"}
+
+
+def test_a_marker_never_removes_a_users_message_and_a_damaged_one_removes_nothing() -> None:
+    said = {**user("hello"), "id": "msg_u"}
+    items = [said, {**answer("Hi"), "id": "msg_a"}, cut_marker("rs_b", ["msg_u"])]
+    assert [m["role"] for m in chat({"model": "m", "input": items})["messages"]] == ["user", "assistant"]
+    damaged = {**cut_marker("rs_b", ["msg_a"]), "encrypted_content": "cgcut1:not base64!"}
+    items = [said, {**answer("Hi"), "id": "msg_a"}, damaged]
+    assert [m["role"] for m in chat({"model": "m", "input": items})["messages"]] == ["user", "assistant"]
 
 
 def test_images_in_user_messages_and_tool_outputs() -> None:

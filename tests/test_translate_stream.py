@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from codexgate.backends.chat import ChatBackend, UpstreamTarget
-from codexgate.errors import GatewayError
+from codexgate.errors import GatewayError, UpstreamStreamCut
+from codexgate.translate.cuts import cut_ids
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.reasoning import decode_reasoning
@@ -109,6 +110,7 @@ def translate_bytes(data: bytes, split: int | None = None,
         handle(decoder.finish())
         events.extend(translator.finish())
     except GatewayError as exc:
+        events.extend(translator.pending_events)  # what the failing chunk made, as the backend sends it
         events.extend(translator.fail(exc))
     return events
 
@@ -145,7 +147,8 @@ def output(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def items_of(events: list[Event], kind: str) -> list[dict[str, Any]]:
-    return [item for item in output(events) if item["type"] == kind]
+    """The model's items of one kind (a failed response's cut marker is checked on its own)."""
+    return [item for item in output(events) if item["type"] == kind and not cut_ids([item])]
 
 
 def message_text(events: list[Event]) -> str:
@@ -428,7 +431,7 @@ def test_error_object_mid_stream_fails_with_mapped_code() -> None:
     error = terminal(events)["response"]["error"]
     assert error["code"] == "upstream_error"
     assert "The server had an error while processing your request" in error["message"]
-    assert [item["status"] for item in output(events)] == ["incomplete"]
+    assert [item["status"] for item in items_of(events, "message")] == ["incomplete"]
 
 
 def test_openrouter_error_chunk_with_choices_fails() -> None:
@@ -437,6 +440,56 @@ def test_openrouter_error_chunk_with_choices_fails() -> None:
     assert last["type"] == "response.failed"
     assert last["response"]["error"]["code"] == "upstream_error"
     assert "Provider disconnected" in last["response"]["error"]["message"]
+
+
+# -- a failed response names what it cut short (translate/cuts.py)
+
+
+@pytest.mark.parametrize("name", params(FIXTURES))
+def test_only_a_failed_response_ends_with_a_cut_marker_naming_its_items(name: str) -> None:
+    items = output(events_of(name))
+    if TERMINAL[name][0] != "response.failed":
+        assert cut_ids(items) == set()
+        return
+    *said, marker = items
+    assert said, "each recorded failure cut some text short"
+    assert marker["type"] == "reasoning" and marker["summary"] == []
+    assert cut_ids([marker]) == {item["id"] for item in items}
+
+
+def guarded_translator() -> ChatStreamTranslator:
+    envelope = Envelope.for_request(parse_request({"model": "test-model", "input": "hi"}), "resp_test", 0)
+    return ChatStreamTranslator(envelope, translate_tools([])[1], counter_ids(), loop_guard=True)
+
+
+def test_a_stopped_loop_names_the_answer_and_the_reasoning_before_it() -> None:
+    loop = "I'm sure you'll find them all to your liking.\n\n"
+    chunks = [chunk({"reasoning_content": "I will greet them."}), chunk({"content": "Sure.\n\n"})]
+    chunks += [chunk({"content": loop}) for _ in range(200)]
+    events = translate_chunks(chunks, guarded_translator())
+    validate_stream(events)
+    assert terminal(events)["response"]["error"]["code"] == "model_output_loop"
+    reasoning, message, marker = output(events)
+    assert reasoning["type"] == "reasoning" and message["status"] == "incomplete"
+    assert cut_ids([marker]) == {reasoning["id"], message["id"], marker["id"]}
+
+
+def test_text_finished_before_a_cut_tool_call_is_named_too() -> None:
+    # The text was done (a call started) before the stream broke: Codex recorded it already.
+    call = call_delta(0, id="call_a", name="exec_command", arguments='{"cmd": "ls')
+    events = translate_chunks([chunk({"content": "Let me look."}), chunk(call)], done=False)
+    validate_stream(events)
+    assert terminal(events)["response"]["error"]["code"] == "upstream_stream_cut"
+    message, marker = output(events)
+    assert message["status"] == "completed" and items_of(events, "function_call") == []
+    assert cut_ids([marker]) == {message["id"], marker["id"]}
+
+
+def test_a_failure_before_any_output_adds_no_marker() -> None:
+    translator = make_translator()
+    events = translator.start() + translator.fail(UpstreamStreamCut("cut before the first token"))
+    validate_stream(events)
+    assert output(events) == []
 
 
 @pytest.mark.parametrize(("error", "code"), [

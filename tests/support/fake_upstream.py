@@ -196,6 +196,30 @@ def cut_reply(text: str, *, chunk_chars: int = 4) -> ChatReply:
     return ChatReply(text=text, chunk_chars=chunk_chars, cut=True)
 
 
+PREFILL_REFUSED = "Cannot have 2 or more assistant messages at the end of the list."
+
+
+def ends_with_assistant_text(body: JSON) -> bool:
+    """Whether a chat request's messages end with an assistant message that calls no tool
+    (a prefill: the model would continue it)."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and not last.get("tool_calls")
+
+
+def refusing_prefill(script: Callable[[JSON], Reply]) -> Callable[[JSON], Reply]:
+    """`script`, behind a llama.cpp-like check: a request that ends with an assistant message
+    (without tool calls) gets a 400 instead. llama.cpp continues one such message as a prefill
+    and refuses two; refusing one too makes a test fail at the first bad request."""
+
+    def answer(body: JSON) -> Reply:
+        if ends_with_assistant_text(body):
+            return error_reply(400, openai_error(PREFILL_REFUSED))
+        return script(body)
+
+    return answer
+
+
 def stall_reply(
     text: str, stall_seconds: float, *, chunk_chars: int = 4, stall_after_chunks: int = 2
 ) -> ChatReply:

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from codexgate.translate.cuts import cut_ids, is_cut
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.translate.sampling import family_sampling, for_server
@@ -210,7 +211,10 @@ def translate_input(
     builder = _Builder(dialect, tool_map)
     if instructions:
         builder.system_text(instructions)
+    cut = cut_ids(items)  # parts of answers a failure cut short, and their markers: left out
     for item in items:
+        if is_cut(item, cut):
+            continue
         kind = item.get("type")
         if kind is None and "role" in item:
             kind = "message"

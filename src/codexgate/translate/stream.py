@@ -17,6 +17,7 @@ import orjson
 
 from codexgate.errors import GatewayError, ModelOutputLoop, UpstreamStreamCut
 from codexgate.translate.content import ContentStage
+from codexgate.translate.cuts import cut_marker
 from codexgate.translate.envelope import Envelope, chat_usage_to_responses, estimated_usage
 from codexgate.translate.loops import Loop, RepetitionGuard
 from codexgate.translate.patch_grammar import check_custom_input
@@ -236,7 +237,8 @@ class ChatStreamTranslator:
         return self.finish()
 
     def fail(self, error: GatewayError) -> list[Event]:
-        """Close every open item and end with `response.failed`."""
+        """Close every open item, mark what was said as cut (see translate/cuts.py) and end
+        with `response.failed`."""
         if self.done:
             return []
         events: list[Event] = []
@@ -248,6 +250,7 @@ class ChatStreamTranslator:
             self._message = self._reasoning = None
             self._calls.clear()
             self._output = [item for item in self._output if item]
+        self._mark_cut(events)
         self.done = True
         resource = self._env.resource(
             "failed", self._output, usage=self._final_usage(), error=error.to_response_error()
@@ -597,6 +600,19 @@ class ChatStreamTranslator:
             # and they were never announced.
             self._calls.clear()
         self._output = [item for item in self._output if item]
+
+    def _mark_cut(self, events: list[Event]) -> None:
+        """After a failure: one more item naming this response's items, so that a client
+        sending them back as history (Codex's retry) gets them left out upstream."""
+        if not self._output:
+            return
+        index = self._next_index
+        self._next_index += 1
+        marker = cut_marker(self._new_id("rs"), [item["id"] for item in self._output])
+        added = {"type": "reasoning", "id": marker["id"], "summary": [], "status": "in_progress"}
+        events.append(self._event("response.output_item.added", output_index=index, item=added))
+        self._output.append(marker)
+        events.append(self._event("response.output_item.done", output_index=index, item=marker))
 
     def _done_item(self, index: int, item: dict[str, Any], events: list[Event]) -> None:
         self._output[index] = item
