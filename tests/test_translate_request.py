@@ -233,7 +233,7 @@ def test_long_namespace_names_stay_within_64_chars_and_distinct() -> None:
     assert all(len(n) <= 64 for n in names) and len(set(names)) == 2
 
 
-def test_hosted_tools_are_left_out_and_reported() -> None:
+def test_hosted_tools_are_left_out_the_model_is_told_and_client_tools_become_functions() -> None:
     request = to_chat_request(
         parse_request(
             {
@@ -251,8 +251,19 @@ def test_hosted_tools_are_left_out_and_reported() -> None:
         ChatDialect(),
         "u",
     )
-    assert [t["function"]["name"] for t in request.body["tools"]] == ["exec_command"]
-    assert request.tool_map.skipped_kinds == ["web_search", "tool_search", "local_shell", "brand_new_kind"]
+    # Client-executed tool_search and local_shell are functions now; hosted and unknown kinds
+    # are left out, and the system prompt says so in one line.
+    assert [t["function"]["name"] for t in request.body["tools"]] == [
+        "tool_search",
+        "local_shell",
+        "exec_command",
+    ]
+    assert request.tool_map.skipped_kinds == ["web_search", "brand_new_kind"]
+    assert request.tool_map.unavailable == ["web_search", "brand_new_kind"]
+    system = request.body["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("Note: these tools are not available here")
+    assert "web_search, brand_new_kind" in system["content"]
 
 
 def test_no_tools_means_no_tool_fields() -> None:
@@ -420,7 +431,7 @@ def test_sampling_structured_output_and_reasoning_effort() -> None:
     assert body["reasoning_effort"] == "high" and body["max_completion_tokens"] == 50
 
 
-def test_unknown_items_and_fields_never_fail() -> None:
+def test_unknown_fields_never_fail_and_hosted_calls_become_notes() -> None:
     request = to_chat_request(
         parse_request(
             {
@@ -429,8 +440,7 @@ def test_unknown_items_and_fields_never_fail() -> None:
                 "include": ["reasoning.encrypted_content"],
                 "input": [
                     user("x"),
-                    {"type": "compaction_trigger"},
-                    {"type": "web_search_call", "id": "ws"},
+                    {"type": "web_search_call", "id": "ws", "action": {"type": "search", "query": "q"}},
                     {
                         "type": "message",
                         "role": "user",
@@ -443,8 +453,8 @@ def test_unknown_items_and_fields_never_fail() -> None:
         ChatDialect(),
         "u",
     )
-    assert request.dropped_items == ["compaction_trigger", "web_search_call"]
-    assert [m["content"] for m in request.body["messages"]] == ["x", "y"]
+    assert request.dropped_items == []
+    assert [m["content"] for m in request.body["messages"]] == ["x", "[web_search ran on the server: q]", "y"]
 
 
 def test_extra_body_defaults_are_overridden_by_the_client() -> None:

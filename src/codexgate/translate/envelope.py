@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from codexgate.translate.request import tools_of
+from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, translate_tools, unavailable_metadata
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others
@@ -115,7 +117,7 @@ class Envelope:
             "store": bool(req.store),
             "background": False,
             "service_tier": req.service_tier or "default",
-            "metadata": req.metadata or {},
+            "metadata": _metadata(req),
             "safety_identifier": None,
             "prompt_cache_key": req.prompt_cache_key,
         }
@@ -145,6 +147,16 @@ class Envelope:
         }
         resource.update(self.request_echo)
         return resource
+
+
+def _metadata(req: ResponsesRequest) -> dict[str, Any]:
+    """The client's metadata, plus the tools the upstream could not be given (hosted ones such
+    as web_search): the one place a client sees that they were left out."""
+    metadata = dict(req.metadata or {})
+    unavailable = translate_tools(tools_of(req))[1].unavailable
+    if unavailable:
+        metadata[UNAVAILABLE_METADATA_KEY] = unavailable_metadata(unavailable)
+    return metadata
 
 
 def _token_count(value: Any) -> int:

@@ -9,14 +9,29 @@ import orjson
 
 from codexgate.translate.cuts import cut_ids, is_cut
 from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.items import (
+    ADDITIONAL_TOOLS,
+    HOSTED_CALL_KINDS,
+    agent_message_text,
+    hosted_call_note,
+    local_shell_arguments,
+    readable_text,
+    refuse_unreadable,
+    tool_search_arguments,
+    tool_search_output_text,
+    unknown_item_note,
+)
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.translate.sampling import family_sampling, for_server
 from codexgate.translate.tools import (
     CUSTOM_INPUT_PARAM,
+    LOCAL_SHELL_NAME,
+    TOOL_SEARCH_NAME,
     ToolMap,
     flat_name,
     translate_tool_choice,
     translate_tools,
+    unavailable_notice,
 )
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -99,6 +114,7 @@ class _Builder:
         self.open_assistant: Message | None = None  # may still receive tool calls
         self.open_pos = 0  # its index in messages
         self.pending_images: list[dict[str, Any]] = []  # from tool outputs; sent after them
+        self.pending_notes: list[str] = []  # hosted tool calls, for the next assistant turn
         self.dropped: list[str] = []
 
     # -- messages
@@ -112,6 +128,8 @@ class _Builder:
             self.push({"role": "system", "content": text})
 
     def push(self, message: Message) -> None:
+        if message["role"] != "assistant":
+            self.flush_notes()
         self.close_tool_turn()
         self.open_assistant = None
         self.seen_conversation = True
@@ -126,7 +144,7 @@ class _Builder:
                 return
             self.system_text(_plain_text(content))
         elif role == "assistant":
-            message: Message = {"role": "assistant", "content": _plain_text(content)}
+            message: Message = {"role": "assistant", "content": self.take_notes(_plain_text(content))}
             self.push(message)
             self.attach_reasoning(message)
             self.open_assistant, self.open_pos = message, len(self.messages) - 1
@@ -151,12 +169,15 @@ class _Builder:
     def call(self, call_id: str, chat_name: str, arguments: str) -> None:
         message = self.open_assistant
         if message is None or self.has_outputs_after(message):
-            message = {"role": "assistant", "content": None}
+            message = {"role": "assistant", "content": self.take_notes(None)}
             self.push(message)
             self.attach_reasoning(message)
             self.open_assistant, self.open_pos = message, len(self.messages) - 1
-        elif self.pending_reasoning:
-            self.attach_reasoning(message)
+        else:
+            if self.pending_reasoning:
+                self.attach_reasoning(message)
+            if self.pending_notes:
+                message["content"] = self.take_notes(message.get("content"))
         message.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": chat_name, "arguments": arguments}}
         )
@@ -164,7 +185,24 @@ class _Builder:
     def has_outputs_after(self, message: Message) -> bool:
         return self.messages[-1] is not message
 
+    # -- hosted tools' calls: notes in the assistant turn they belong to
+    def note(self, text: str) -> None:
+        self.pending_notes.append(text)
+
+    def take_notes(self, text: str | None) -> str | None:
+        if not self.pending_notes:
+            return text
+        notes = "\n".join(self.pending_notes)
+        self.pending_notes = []
+        return f"{notes}\n{text}" if text else notes
+
+    def flush_notes(self) -> None:
+        """Notes with no assistant message after them: one of their own."""
+        if self.pending_notes:
+            self.push({"role": "assistant", "content": self.take_notes(None)})
+
     def output(self, call_id: str, output: Any) -> None:
+        self.flush_notes()
         text, images = _output_text(output)
         if not self.call_is_open(call_id):
             # An output whose call is not in the history (dropped or never sent): chat APIs
@@ -195,24 +233,47 @@ class _Builder:
             self.messages.append({"role": "user", "content": self.pending_images})
             self.pending_images = []
 
-    def finish(self) -> list[Message]:
+    def finish(self, notice: str | None = None) -> list[Message]:
+        self.flush_notes()
         self.close_tool_turn()
         if self.pending_reasoning:
             # Reasoning with no answer after it (an interrupted turn): nothing to attach it to.
             self.pending_reasoning = []
         if self.system_parts:
             self.messages.insert(0, {"role": "system", "content": "\n\n".join(self.system_parts)})
+        if notice:
+            first = self.messages[0] if self.messages else None
+            leading = first is not None and first["role"] in ("system", "developer")
+            if first is not None and leading and isinstance(first["content"], str):
+                first["content"] += "\n\n" + notice
+            else:
+                self.messages.insert(0, {"role": "system", "content": notice})
         return self.messages
 
 
+def tools_of(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's tools: `tools`, then those of every `additional_tools` input item (Codex's
+    Responses Lite sends its tools that way and no `tools` at all)."""
+    tools = list(req.tools)
+    for item in req.input:
+        if item.get("type") == ADDITIONAL_TOOLS:
+            tools.extend(item.get("tools") or ())
+    return tools
+
+
 def translate_input(
-    items: list[Item], instructions: str | None, dialect: ChatDialect, tool_map: ToolMap
+    items: list[Item],
+    instructions: str | None,
+    dialect: ChatDialect,
+    tool_map: ToolMap,
+    notice: str | None = None,
 ) -> tuple[list[Message], list[str]]:
+    """Raises InvalidRequest for an item the upstream could not read (see translate/items.py)."""
     builder = _Builder(dialect, tool_map)
     if instructions:
         builder.system_text(instructions)
     cut = cut_ids(items)  # parts of answers a failure cut short, and their markers: left out
-    for item in items:
+    for index, item in enumerate(items):
         if is_cut(item, cut):
             continue
         kind = item.get("type")
@@ -224,22 +285,38 @@ def translate_input(
             builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"])
         elif kind == "custom_tool_call":
             arguments = orjson.dumps({CUSTOM_INPUT_PARAM: item["input"]}).decode()
-            builder.call(item["call_id"], flat_name(None, item["name"]), arguments)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+            builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), arguments)
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             builder.output(item["call_id"], item["output"])
         elif kind == "reasoning":
             builder.reasoning(item)
+        elif kind == ADDITIONAL_TOOLS:
+            continue  # advertised as tools (tools_of)
+        elif kind == "agent_message":
+            builder.push({"role": "user", "content": agent_message_text(item, f"input[{index}]")})
+        elif kind == "tool_search_call":
+            builder.call(item["call_id"], TOOL_SEARCH_NAME, tool_search_arguments(item))
+        elif kind == "tool_search_output":
+            builder.output(item["call_id"], tool_search_output_text(item))
+        elif kind == "local_shell_call":
+            builder.call(item["call_id"], LOCAL_SHELL_NAME, local_shell_arguments(item))
+        elif kind in HOSTED_CALL_KINDS:
+            builder.note(hosted_call_note(item))
         else:
-            builder.dropped.append(str(kind))
-    return builder.finish(), builder.dropped
+            text = readable_text(item)
+            if not text:
+                refuse_unreadable(item, f"input[{index}]")
+            builder.push({"role": "user", "content": unknown_item_note(item, text)})
+    return builder.finish(notice), builder.dropped
 
 
 def to_chat_request(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
     the dialect's `extra_body` (upstream and model settings), then the client's own values."""
-    chat_tools, tool_map = translate_tools(req.tools)
-    messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map)
+    chat_tools, tool_map = translate_tools(tools_of(req))
+    notice = unavailable_notice(tool_map.unavailable)
+    messages, dropped = translate_input(req.input, req.instructions, dialect, tool_map, notice)
 
     body: dict[str, Any] = {}
     if dialect.default_sampling == "auto":

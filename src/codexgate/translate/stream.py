@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from codexgate.errors import GatewayError, ModelOutputLoop, UpstreamStreamCut
+from codexgate.translate.client_calls import CLIENT_CALL_KINDS, client_call_item
 from codexgate.translate.content import ContentStage
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.envelope import Envelope, chat_usage_to_responses, estimated_usage
@@ -442,6 +443,11 @@ class ChatStreamTranslator:
                 "name": target.name,
                 "input": "",
             }
+            if target.namespace:  # Codex routes a namespaced custom call by it (code mode's exec)
+                item["namespace"] = target.namespace
+        elif target.kind in CLIENT_CALL_KINDS:
+            state.item_id = self._new_id("fc")
+            item = client_call_item(target.kind, state.item_id, state.call_id, "", "in_progress")
         else:
             state.item_id = self._new_id("fc")
             item = {
@@ -535,7 +541,7 @@ class ChatStreamTranslator:
             item: dict[str, Any]
             if state.custom:
                 raw = custom_input_from_arguments(arguments)
-                grammar = self._tools.custom_grammars.get(target.name)
+                grammar = self._tools.custom_grammars.get(state.name)
                 if grammar is not None:
                     raw = check_custom_input(raw, grammar, self._counts).text
                 self._call_input_events(state, "response.custom_tool_call_input", "input", raw, events)
@@ -547,6 +553,10 @@ class ChatStreamTranslator:
                     "name": target.name,
                     "input": raw,
                 }
+                if target.namespace:
+                    item["namespace"] = target.namespace
+            elif target.kind in CLIENT_CALL_KINDS:
+                item = client_call_item(target.kind, state.item_id, state.call_id, arguments, "completed")
             else:
                 if not state.from_text:
                     # Repair only what is unambiguous; otherwise pass the model's text on and

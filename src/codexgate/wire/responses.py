@@ -29,6 +29,12 @@ _ITEM_REQUIRED: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "function_call_output": (("call_id", str), ("output", (str, list))),
     "custom_tool_call": (("call_id", str), ("name", str), ("input", str)),
     "custom_tool_call_output": (("call_id", str), ("output", (str, list))),
+    "local_shell_call": (("call_id", str),),
+    "local_shell_call_output": (("call_id", str), ("output", (str, list))),
+    "tool_search_call": (("call_id", str),),
+    "tool_search_output": (("call_id", str),),
+    "agent_message": (("content", list),),
+    "additional_tools": (("tools", list),),
 }
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -280,8 +286,20 @@ def _validate_item(item: Any, param: str) -> None:
         _check_type(value, expected, f"{param}.{name}")
         if isinstance(value, list):
             _validate_parts(value, f"{param}.{name}")
-    if kind == "function_call":
+    if kind in ("function_call", "custom_tool_call"):
         _check_optional(item, "namespace", str, param)
+    elif kind == "additional_tools":
+        for index, tool in enumerate(item["tools"]):
+            _validate_tool(tool, f"{param}.tools[{index}]")
+    elif kind == "agent_message":
+        _check_optional(item, "author", str, param)
+        _check_optional(item, "recipient", str, param)
+    elif kind == "local_shell_call":
+        _check_optional(item, "action", dict, param)
+    elif kind == "tool_search_call":
+        _check_optional(item, "arguments", (dict, str), param)
+    elif kind == "tool_search_output":
+        _check_optional(item, "tools", list, param)
     elif kind == "reasoning":
         _check_optional(item, "encrypted_content", str, param)
         for name in ("summary", "content"):
@@ -302,13 +320,7 @@ def _validate_tool(tool: Any, param: str) -> None:
             _check_type(function, dict, f"{param}.function")
             _validate_function_tool(function, f"{param}.function")
     elif kind == "custom":
-        _check_optional(tool, "name", str, param)
-        _check_optional(tool, "description", str, param)
-        fmt = tool.get("format")
-        if fmt is not None:
-            _check_type(fmt, dict, f"{param}.format")
-            for name in ("type", "syntax", "definition"):
-                _check_optional(fmt, name, str, f"{param}.format")
+        _validate_custom_tool(tool, param)
     elif kind == "namespace":
         _check_optional(tool, "name", str, param)
         _check_optional(tool, "description", str, param)
@@ -319,7 +331,20 @@ def _validate_tool(tool: Any, param: str) -> None:
                 sub_param = f"{param}.tools[{index}]"
                 _check_type(sub, dict, sub_param)
                 _check_optional(sub, "type", str, sub_param)
-                _validate_function_tool(sub, sub_param)
+                if sub.get("type") == "custom":
+                    _validate_custom_tool(sub, sub_param)
+                else:
+                    _validate_function_tool(sub, sub_param)
+
+
+def _validate_custom_tool(tool: dict[str, Any], param: str) -> None:
+    _check_optional(tool, "name", str, param)
+    _check_optional(tool, "description", str, param)
+    fmt = tool.get("format")
+    if fmt is not None:
+        _check_type(fmt, dict, f"{param}.format")
+        for name in ("type", "syntax", "definition"):
+            _check_optional(fmt, name, str, f"{param}.format")
 
 
 def _validate_function_tool(tool: dict[str, Any], param: str) -> None:
@@ -366,3 +391,4 @@ def _validate_parts(parts: list[Any], param: str) -> None:
             raise InvalidRequest(f"Invalid type for '{part_param}': expected an object.", param=part_param)
         _check_optional(part, "type", str, part_param)
         _check_optional(part, "text", str, part_param)
+        _check_optional(part, "encrypted_content", str, part_param)
