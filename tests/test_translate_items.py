@@ -417,3 +417,19 @@ def test_an_unknown_item_with_text_is_carried_as_a_note() -> None:
     item = {"type": "brand_new_item", "content": [{"type": "input_text", "text": "remember this"}]}
     messages = translate({"model": "m", "input": [user("x"), item]}).body["messages"]
     assert messages[-1] == {"role": "user", "content": "[Input item of type 'brand_new_item']\nremember this"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("background", True),
+        ("conversation", "conv_1"),
+        ("prompt", {"id": "pmpt_1"}),
+        ("previous_response_id", "resp_1"),
+    ],
+)
+def test_fields_a_gateway_cannot_honour_are_refused_naming_them(name: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse_request({"model": "m", "input": "x", name: value})
+    assert info.value.param == name
+    assert parse_request({"model": "m", "input": "x", "background": False}).extra == {"background": False}

@@ -91,6 +91,14 @@ _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "user": (str, True),
 }
 _KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice"}
+# Fields whose meaning a gateway without them would silently change: refused when set.
+_REFUSED_FIELDS = {
+    "background": "background responses are not served; send the request without it",
+    "conversation": "stored conversations are not served; send the whole history in 'input'",
+    "prompt": "stored prompt templates are not served; send the prompt's text in 'input'",
+    # No response is stored yet: the turn would lose the history it points at.
+    "previous_response_id": "responses are not stored; send the whole history in 'input'",
+}
 
 _JSON_NAMES = {
     str: "a string",
@@ -191,6 +199,9 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
     if _CONTROL.search(model):
         raise InvalidRequest("'model' must not contain control characters.", param="model")
     check_depth(data)
+    for name, why in _REFUSED_FIELDS.items():
+        if data.get(name) not in (None, False):
+            raise InvalidRequest(f"'{name}' is not supported: {why}.", param=name)
 
     raw_input = data.get("input")
     if raw_input is None:
