@@ -33,10 +33,10 @@ from codexgate.errors import (
     UpstreamStreamCut,
     UpstreamTimeout,
 )
-from codexgate.translate.content import ContentStage
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.request import to_chat_request
+from codexgate.translate.stages import build_pipeline
 from codexgate.translate.stream import ChatStreamTranslator, Event
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.responses import ResponsesRequest
@@ -187,20 +187,21 @@ class ChatCall:
         self._body = orjson.dumps(chat.body)
         created = int(time.time())
         self.envelope = Envelope.for_request(req, new_id("resp"), created, sent=chat.body)
+        stages = build_pipeline(
+            chat.tool_map,
+            think_tags=dialect.think_tags,
+            text_tool_calls=dialect.text_tool_calls,
+            loop_guard=dialect.loop_guard,
+            counts=backend.counts,
+            input_token_estimate=len(self._body) // 4,
+        )
         self.translator = ChatStreamTranslator(
             self.envelope,
             chat.tool_map,
             new_id,
-            input_token_estimate=len(self._body) // 4,
             now=lambda: int(time.time()),
-            content=ContentStage(
-                chat.tool_map.schemas,
-                think=dialect.think_tags,
-                text_calls=dialect.text_tool_calls,
-                counts=backend.counts,
-            ),
             counts=backend.counts,
-            loop_guard=dialect.loop_guard,
+            stages=stages,
         )
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None
