@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import orjson
 
 from codexgate.backends.model_list import ModelList, list_models
-from codexgate.backends.server_info import ContextWindows
+from codexgate.backends.server_info import ContextWindows, fetch_json, model_entries
 from codexgate.backends.transport import Transport, UpstreamResponse, read_capped
 from codexgate.errors import (
     ContextLengthExceeded,
@@ -464,7 +464,7 @@ class ChatCall:
             pass
 
 
-class ChatBackend:
+class ChatBackend:  # a backends.base.Backend
     """An upstream as one model route sees it (its dialect includes the route's overrides).
     Routes of one upstream share `counts` (repairs and checks tallied) and `windows`."""
 
@@ -488,6 +488,23 @@ class ChatBackend:
         self.windows = windows
         self._listing: ModelList | None = None
         self._listing_until = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def base_url(self) -> str:
+        return self.target.base_url
+
+    async def model_ids(self) -> list[str]:
+        """The upstream's model list (for a pass-through upstream); [] when it cannot tell."""
+        target = self.target
+        if target.models:
+            return list(target.models)
+        url = target.base_url.rstrip("/") + "/models"
+        status, body = await fetch_json(self.transport, url, target.headers, target.connect_timeout)
+        return [m["id"] for m in model_entries(body)] if status == 200 else []
 
     async def reachability(self) -> ModelList:
         """The upstream's answer to `GET /models`, asked at most every few seconds (for
