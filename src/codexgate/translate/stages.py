@@ -23,7 +23,7 @@ costs only the stages that look at text.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeAlias
 
@@ -108,39 +108,42 @@ class Stage(Protocol):
 class Pipeline:
     """Stages composed in order: each part goes through every later stage that accepts it."""
 
-    __slots__ = ("_stages",)
+    __slots__ = ("_stages", "_steps")
 
     def __init__(self, stages: list[Stage]) -> None:
         self._stages = stages
+        # (accepted types, feed) per stage, looked up once: this runs for every delta
+        self._steps = [(frozenset(stage.accepts), stage.feed) for stage in stages]
 
     def feed(self, part: Part) -> list[Part]:
-        return self._run([part], 0)
+        parts = [part]
+        for accepts, feed in self._steps:
+            if len(parts) == 1:  # the common case, one delta: no new list unless a stage acts
+                if type(parts[0]) in accepts:
+                    parts = feed(parts[0])
+            else:
+                parts = self._each(parts, accepts, feed)
+        return parts
 
     def flush(self) -> list[Part]:
         out: list[Part] = []
+        steps = self._steps
         for position, stage in enumerate(self._stages):
-            released = stage.flush()
-            if released:
-                out.extend(self._run(released, position + 1))
+            parts = stage.flush()
+            for accepts, feed in steps[position + 1 :]:
+                parts = self._each(parts, accepts, feed)
+            out.extend(parts)
         return out
 
-    def _run(self, parts: list[Part], start: int) -> list[Part]:
-        stages = self._stages
-        for position in range(start, len(stages)):
-            stage = stages[position]
-            accepts = stage.accepts
-            if len(parts) == 1:  # the common case, one delta: no new list unless a stage acts
-                if type(parts[0]) in accepts:
-                    parts = stage.feed(parts[0])
-                continue
-            out: list[Part] = []
-            for part in parts:
-                if type(part) in accepts:
-                    out.extend(stage.feed(part))
-                else:
-                    out.append(part)
-            parts = out
-        return parts
+    @staticmethod
+    def _each(parts: list[Part], accepts: frozenset[type], feed: Callable[[Any], list[Part]]) -> list[Part]:
+        out: list[Part] = []
+        for part in parts:
+            if type(part) in accepts:
+                out.extend(feed(part))
+            else:
+                out.append(part)
+        return out
 
 
 # -- the stages
@@ -157,7 +160,10 @@ class ContentStage:
     def feed(self, part: Text) -> list[Part]:
         if part.verbatim or self._content is None:
             return [part]
-        return self._parts(self._content.feed(part.text))
+        pieces = self._content.feed(part.text)
+        if len(pieces) == 1 and type(pieces[0]) is TextPiece and pieces[0].text == part.text:
+            return [part]  # plain text went through whole: no new part
+        return self._parts(pieces)
 
     def flush(self) -> list[Part]:
         """Once: what follows (text after a structured call) passes through as it is."""
@@ -171,7 +177,7 @@ class ContentStage:
         parts: list[Part] = []
         for piece in pieces:
             if isinstance(piece, TextPiece):
-                parts.append(Text(piece.text, verbatim=True))
+                parts.append(Text(piece.text))
             elif isinstance(piece, CallPiece):
                 parts.append(piece)
             else:
