@@ -153,3 +153,36 @@ def test_the_example_config_loads_and_names_every_setting() -> None:
                    ApiKeyConfig.model_fields):  # fmt: skip
         missing = [name for name in fields if f"{name} = " not in text and f"[[{name}]]" not in text]
         assert not missing, f"codexgate.example.toml does not mention {missing}"
+
+
+def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
+    # The dialect is built from the config by name: a ChatDialect field the config lacks would
+    # silently keep its default. context_window is per model only.
+    import dataclasses
+
+    from codexgate.config import DIALECT_FIELDS, ModelConfig, UpstreamConfig
+    from codexgate.translate.dialect import ChatDialect
+
+    assert DIALECT_FIELDS - set(UpstreamConfig.model_fields) == {"context_window"}
+    upstream = UpstreamConfig(
+        name="u", base_url="http://127.0.0.1:8000/v1", developer_role="system", think_tags="off",
+        loop_guard=False, max_tokens_field="max_completion_tokens", extra_body={"a": 1, "b": 1},
+    )
+    dialect = upstream.dialect()
+    assert (dialect.developer_role, dialect.think_tags, dialect.loop_guard) == ("system", "off", False)
+    assert dialect.max_tokens_field == "max_completion_tokens"
+    model = ModelConfig(name="m", think_tags="start_inside", context_window=4096, extra_body={"b": 2})
+    routed = model.dialect_for(dialect)
+    assert routed.think_tags == "start_inside" and routed.context_window == 4096
+    assert routed.developer_role == "system" and routed.extra_body == {"a": 1, "b": 2}
+    assert routed.text_tool_calls == ChatDialect().text_tool_calls  # unset on the model: the upstream's
+    assert {f.name for f in dataclasses.fields(ChatDialect)} == DIALECT_FIELDS
+
+
+def test_an_upstream_kind_other_than_chat_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from codexgate.config import UpstreamConfig
+
+    with pytest.raises(ValidationError):
+        UpstreamConfig(name="u", base_url="http://127.0.0.1:8000/v1", kind="codex")  # type: ignore[arg-type]

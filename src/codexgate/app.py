@@ -6,10 +6,11 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from codexgate.backends.base import Backend
 from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
@@ -25,7 +26,6 @@ from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.guard import AccessPolicy, Guard
-from codexgate.translate.dialect import ChatDialect
 
 log = logging.getLogger("codexgate")
 
@@ -54,18 +54,7 @@ def upstream_target(
             log.warning("upstream %s: the credentials in its URL are not sent, its API key is", upstream.name)
         else:
             headers["authorization"] = f"Basic {basic_credentials(user or '', password)}"
-    dialect = ChatDialect(
-        developer_role=upstream.developer_role,
-        reasoning_replay=upstream.reasoning_replay,
-        send_reasoning_effort=upstream.send_reasoning_effort,
-        max_tokens_field=upstream.max_tokens_field,
-        include_usage=upstream.include_usage,
-        text_tool_calls=upstream.text_tool_calls,
-        think_tags=upstream.think_tags,
-        default_sampling=upstream.default_sampling,
-        loop_guard=upstream.loop_guard,
-        extra_body=dict(upstream.extra_body),
-    )
+    dialect = upstream.dialect()
     return UpstreamTarget(
         name=upstream.name,
         base_url=base_url.rstrip("/"),
@@ -83,19 +72,43 @@ def upstream_target(
     )
 
 
-def model_backend(upstream: ChatBackend, model: ModelConfig) -> ChatBackend:
+def chat_backend(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+) -> ChatBackend:
+    return ChatBackend(upstream_target(upstream, settings, environ), transport, once)
+
+
+def model_backend(upstream: Backend, model: ModelConfig) -> ChatBackend:
     """The upstream's backend with the model's own settings layered on its dialect."""
-    dialect = upstream.target.dialect
-    overrides: dict[str, Any] = {
-        "extra_body": {**dialect.extra_body, **model.extra_body},
-        "context_window": model.context_window,
-    }
-    for name in ("text_tool_calls", "think_tags", "default_sampling"):  # None: the upstream's
-        value = getattr(model, name)
-        if value is not None:
-            overrides[name] = value
-    target = replace(upstream.target, dialect=replace(dialect, **overrides))
+    assert isinstance(upstream, ChatBackend), "routes of a chat upstream"
+    target = replace(upstream.target, dialect=model.dialect_for(upstream.target.dialect))
     return ChatBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.windows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """How to build the backend of one kind of upstream, and its routes."""
+
+    build: Callable[[UpstreamConfig, Settings, Mapping[str, str], Transport, OnceLog], Backend]
+    for_model: Callable[[Backend, ModelConfig], Backend]
+
+
+# One line per kind of upstream (config.UpstreamKind).
+BACKEND_KINDS: dict[str, _Kind] = {"chat": _Kind(chat_backend, model_backend)}
+
+
+def build_backend(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+) -> Backend:
+    return BACKEND_KINDS[upstream.kind].build(upstream, settings, environ, transport, once)
 
 
 class _LocalServerFinder:
@@ -105,7 +118,7 @@ class _LocalServerFinder:
     def __init__(
         self,
         settings: Settings,
-        router: Router[ChatBackend],
+        router: Router[Backend],
         transport: Transport,
         once: OnceLog,
         environ: Mapping[str, str],
@@ -131,8 +144,8 @@ class _LocalServerFinder:
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
         upstream = UpstreamConfig(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
-        target = upstream_target(upstream, self._settings, self._environ)
-        self._router.backends[upstream.name] = ChatBackend(target, self._transport, self._once)
+        backend = build_backend(upstream, self._settings, self._environ, self._transport, self._once)
+        self._router.backends[upstream.name] = backend
 
 
 def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
@@ -183,14 +196,14 @@ def build_app(
     guard = Guard(KeyRing(keys), policy, redactor=redactor, config_file=config_file, environ=environ)
     transport = transport or AiohttpTransport()
     once = OnceLog()
-    router: Router[ChatBackend] = Router()
+    router: Router[Backend] = Router()
+    kinds: dict[str, _Kind] = {}
     for upstream in settings.all_upstreams():
-        router.backends[upstream.name] = ChatBackend(
-            upstream_target(upstream, settings, environ), transport, once
-        )
+        router.backends[upstream.name] = build_backend(upstream, settings, environ, transport, once)
+        kinds[upstream.name] = BACKEND_KINDS[upstream.kind]
     for model in settings.models:
-        upstream_backend = router.backends[model.upstream or next(iter(router.backends))]
-        router.add_model(model, model_backend(upstream_backend, model))
+        name = model.upstream or next(iter(router.backends))
+        router.add_model(model, kinds[name].for_model(router.backends[name], model))
     if settings.discover:
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 

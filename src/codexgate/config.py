@@ -19,6 +19,7 @@ TOML layout (all keys optional)::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from codexgate.translate.dialect import DeveloperRole, ReasoningReplay, ThinkMode
+from codexgate.translate.dialect import ChatDialect, DeveloperRole, ReasoningReplay, ThinkMode
 from codexgate.translate.textcalls import MODES as TEXT_TOOL_CALL_MODES
 
 ENV_PREFIX = "CODEXGATE_"
@@ -92,9 +93,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# How the gateway talks to an upstream; a backend module per kind (app.py's table).
+UpstreamKind = Literal["chat"]
+
+# The settings that make up an upstream's (and a route's) ChatDialect: the dialect is built from
+# the config by these names (`UpstreamConfig.dialect`), so a new one is declared in ChatDialect
+# and here in the config, and nowhere in between.
+DIALECT_FIELDS = frozenset(f.name for f in dataclasses.fields(ChatDialect))
+
+
 class UpstreamConfig(_Strict):
     name: str
     base_url: str
+    kind: UpstreamKind = "chat"  # Chat Completions
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float | None = None  # None: the global value
@@ -126,6 +137,10 @@ class UpstreamConfig(_Strict):
         _check_text_tool_calls(self.text_tool_calls)
         return self
 
+    def dialect(self) -> ChatDialect:
+        """This upstream's dialect, from its settings of the same names."""
+        return ChatDialect(**self.model_dump(include=set(DIALECT_FIELDS)))
+
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, value: str) -> str:
@@ -150,6 +165,18 @@ class ModelConfig(_Strict):
         if self.text_tool_calls is not None:
             _check_text_tool_calls(self.text_tool_calls)
         return self
+
+    def dialect_for(self, upstream: ChatDialect) -> ChatDialect:
+        """The upstream's dialect with this model's settings layered on: a model setting left
+        unset (None) keeps the upstream's, `extra_body` merges (the model's keys win)."""
+        overrides = {
+            name: value
+            for name, value in self.model_dump(include=set(DIALECT_FIELDS)).items()
+            if value is not None
+        }
+        overrides["extra_body"] = {**upstream.extra_body, **self.extra_body}
+        overrides["context_window"] = self.context_window
+        return dataclasses.replace(upstream, **overrides)
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]

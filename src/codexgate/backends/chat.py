@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import orjson
 
 from codexgate.backends.model_list import ModelList, list_models
-from codexgate.backends.server_info import ContextWindows
+from codexgate.backends.server_info import ContextWindows, fetch_json, model_entries
 from codexgate.backends.transport import Transport, UpstreamResponse, read_capped
 from codexgate.errors import (
     ContextLengthExceeded,
@@ -33,10 +33,10 @@ from codexgate.errors import (
     UpstreamStreamCut,
     UpstreamTimeout,
 )
-from codexgate.translate.content import ContentStage
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.request import to_chat_request
+from codexgate.translate.stages import build_pipeline
 from codexgate.translate.stream import ChatStreamTranslator, Event
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.responses import ResponsesRequest
@@ -187,20 +187,21 @@ class ChatCall:
         self._body = orjson.dumps(chat.body)
         created = int(time.time())
         self.envelope = Envelope.for_request(req, new_id("resp"), created, sent=chat.body)
+        stages = build_pipeline(
+            chat.tool_map,
+            think_tags=dialect.think_tags,
+            text_tool_calls=dialect.text_tool_calls,
+            loop_guard=dialect.loop_guard,
+            counts=backend.counts,
+            input_token_estimate=len(self._body) // 4,
+        )
         self.translator = ChatStreamTranslator(
             self.envelope,
             chat.tool_map,
             new_id,
-            input_token_estimate=len(self._body) // 4,
             now=lambda: int(time.time()),
-            content=ContentStage(
-                chat.tool_map.schemas,
-                think=dialect.think_tags,
-                text_calls=dialect.text_tool_calls,
-                counts=backend.counts,
-            ),
             counts=backend.counts,
-            loop_guard=dialect.loop_guard,
+            stages=stages,
         )
         self._response: UpstreamResponse | None = None
         self._watchdog: _IdleWatchdog | None = None
@@ -463,7 +464,7 @@ class ChatCall:
             pass
 
 
-class ChatBackend:
+class ChatBackend:  # a backends.base.Backend
     """An upstream as one model route sees it (its dialect includes the route's overrides).
     Routes of one upstream share `counts` (repairs and checks tallied) and `windows`."""
 
@@ -487,6 +488,23 @@ class ChatBackend:
         self.windows = windows
         self._listing: ModelList | None = None
         self._listing_until = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def base_url(self) -> str:
+        return self.target.base_url
+
+    async def model_ids(self) -> list[str]:
+        """The upstream's model list (for a pass-through upstream); [] when it cannot tell."""
+        target = self.target
+        if target.models:
+            return list(target.models)
+        url = target.base_url.rstrip("/") + "/models"
+        status, body = await fetch_json(self.transport, url, target.headers, target.connect_timeout)
+        return [m["id"] for m in model_entries(body)] if status == 200 else []
 
     async def reachability(self) -> ModelList:
         """The upstream's answer to `GET /models`, asked at most every few seconds (for

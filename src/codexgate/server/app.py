@@ -1,7 +1,10 @@
-"""The ASGI app: routes, request limits, SSE delivery, error mapping, client disconnects.
+"""The ASGI app: routes, lifespan, request bodies and limits, health and the model list.
 
 A raw ASGI app rather than a framework: the gateway has a handful of routes and its cost per
-streamed event is the product, so nothing sits between uvicorn and the translator.
+streamed event is the product, so nothing sits between uvicorn and the translator. The
+Responses face (server/faces/responses.py), delivery (server/delivery.py) and the mapping of
+errors to HTTP (server/http_errors.py) are apart; backends are reached through
+backends/base.py only.
 """
 
 from __future__ import annotations
@@ -9,29 +12,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from codexgate.backends.chat import ChatBackend, ChatCall
-from codexgate.backends.server_info import fetch_json, model_entries
+from codexgate.backends.base import Backend, Call
 from codexgate.errors import (
     Code,
     GatewayError,
     InvalidRequest,
     NotFound,
-    RateLimited,
     RequestTooLarge,
 )
 from codexgate.redact import Redactor
 from codexgate.routing import Router
 from codexgate.server.access import Exchange
+from codexgate.server.delivery import ClientGone, deliver_json, deliver_sse, until_disconnect
+from codexgate.server.faces import responses as responses_face
 from codexgate.server.guard import SHOW_DETAILS, Guard
-from codexgate.translate.stream import Event
-from codexgate.wire.responses import decode_json_body, parse_request
-from codexgate.wire.sse import encode_events
+from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
 
 log = logging.getLogger("codexgate.server")
 
@@ -39,39 +40,13 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),  # proxies must not buffer the stream
-]
-_TERMINAL = frozenset(("response.completed", "response.failed", "response.incomplete"))
-
-
-class ClientGone(Exception):
-    """The client disconnected before the answer was complete."""
-
-
-async def send_json(
-    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + (headers or [])})
-    await send({"type": "http.response.body", "body": orjson.dumps(body)})
-
-
-async def send_error(send: Send, error: GatewayError) -> None:
-    headers = []
-    if isinstance(error, RateLimited) and error.retry_after is not None:
-        headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
-    if error.status in (408, 413):
-        headers.append((b"connection", b"close"))  # the rest of the body is not read
-    await send_json(send, error.status, error.to_body(), headers)
+__all__ = ["ClientGone", "GatewayApp", "send_error", "send_json"]
 
 
 class GatewayApp:
     def __init__(
         self,
-        router: Router[ChatBackend],
+        router: Router[Backend],
         *,
         max_body_bytes: int,
         on_startup: Callable[[], Awaitable[None]] | None = None,
@@ -146,8 +121,7 @@ class GatewayApp:
             else:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
         except GatewayError as exc:
-            exc.message = self.redactor.redact(exc.message)  # upstream text may echo secrets
-            await send_error(send, exc)
+            await send_error(send, exc, self.redactor)
         except ClientGone:
             pass
         except Exception:
@@ -167,7 +141,7 @@ class GatewayApp:
                 {
                     "type": "websocket.http.response.start",
                     "status": 426,
-                    "headers": _JSON_HEADERS + [(b"upgrade", b"websocket")],
+                    "headers": JSON_HEADERS + [(b"upgrade", b"websocket")],
                 }
             )
             body = InvalidRequest("WebSockets are not served; use HTTP.", code="upgrade_required").to_body()
@@ -210,14 +184,14 @@ class GatewayApp:
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"))
         try:
-            req = parse_request(decode_json_body(await self._read_body(scope, receive)))
+            req = responses_face.read_request(await self._read_body(scope, receive))
             exchange.model = req.model
             if not self.router.backends and self._on_no_upstream is not None:
                 await self._on_no_upstream()
             route = self.router.resolve(req.model)
-            exchange.upstream = route.backend.target.name
+            exchange.upstream = route.backend.name
             call = route.backend.call(req, route.upstream_model)
-            await _until_disconnect(receive, exchange, self._answer(call, req.stream, send, exchange))
+            await until_disconnect(receive, exchange, self._answer(call, req.stream, send, exchange))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
             raise
@@ -227,14 +201,14 @@ class GatewayApp:
         finally:
             exchange.log()
 
-    async def _answer(self, call: ChatCall, stream: bool, send: Send, delivery: Exchange) -> None:
+    async def _answer(self, call: Call, stream: bool, send: Send, delivery: Exchange) -> None:
         await call.open()  # errors before this point are HTTP errors
         events = call.events()
         try:
             if stream:
-                await _deliver_sse(events, send, delivery, self.redactor)
+                await deliver_sse(events, send, delivery, self.redactor)
             else:
-                await _deliver_json(events, send, delivery, self.redactor)
+                await deliver_json(events, send, delivery, self.redactor)
             async for _ in events:  # the backend drains the upstream after the terminal event
                 pass
         finally:
@@ -251,7 +225,7 @@ class GatewayApp:
         listings = await asyncio.gather(*(backend.reachability() for _, backend in backends))
         upstreams = {
             name: {
-                "base_url": _without_credentials(backend.target.base_url),
+                "base_url": _without_credentials(backend.base_url),
                 "reachable": listing.status != 0,
                 "usable": listing.cause in (None, "no_models"),
                 "models": len(listing.models),
@@ -274,7 +248,7 @@ class GatewayApp:
         names = list(self.router.models)
         for backend in self.router.backends.values():
             if not self.router.routed:
-                names.extend(await _upstream_model_ids(backend))
+                names.extend(await backend.model_ids())
         created = int(time.time())
         unique = list(dict.fromkeys(names))
         return {
@@ -283,105 +257,6 @@ class GatewayApp:
                 {"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique
             ],
         }
-
-
-def _redact_failure(event: Event, redactor: Redactor) -> None:
-    """Mask secrets in a `response.failed` event's message (upstream text may echo them)."""
-    error = event["response"].get("error")
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        event["response"]["error"] = {**error, "message": redactor.redact(error["message"])}
-
-
-async def _deliver_sse(
-    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
-) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-    delivery.status = 200
-    batches = 0
-    async for batch in events:
-        last = batch[-1]["type"]
-        if last == "response.failed":
-            _redact_failure(batch[-1], redactor)
-        await send({"type": "http.response.body", "body": encode_events(batch), "more_body": True})
-        batches += 1
-        if batches == 2:  # the first batch after response.created/in_progress
-            delivery.saw_output()
-        if last in _TERMINAL:
-            delivery.ended_with(batch[-1])
-            break
-    # End the HTTP response at the terminal event; the backend may still drain the upstream.
-    delivery.complete = True
-    await send({"type": "http.response.body", "body": b""})
-
-
-async def _deliver_json(
-    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
-) -> None:
-    """Non-streaming: the same events, folded into the final response object."""
-    final: dict[str, Any] | None = None
-    batches = 0
-    async for batch in events:
-        batches += 1
-        if batches == 2:
-            delivery.saw_output()
-        last = batch[-1]
-        if last["type"] in _TERMINAL:
-            final = last
-            break
-    if final is None:
-        raise GatewayError("The stream ended without a terminal event.")
-    if final["type"] == "response.failed":
-        _redact_failure(final, redactor)
-    resource = final["response"]
-    delivery.complete = True
-    delivery.ended_with(final)
-    delivery.status = 200
-    if final["type"] == "response.failed":
-        error = resource.get("error") or {}
-        status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
-        delivery.status = status
-        await send_json(
-            send,
-            status,
-            {
-                "error": {
-                    "message": error.get("message", ""),
-                    "type": "server_error",
-                    "param": None,
-                    "code": error.get("code"),
-                }
-            },
-        )
-    else:
-        await send_json(send, 200, resource)
-
-
-async def _until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable[None]) -> None:
-    """Run the answer while listening for the client leaving; if it leaves before the response
-    is complete, cancel the work, which closes the upstream request."""
-    task = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        if task in done or delivery.complete:
-            await task  # re-raises its error
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        log.info("client disconnected; upstream request cancelled")
-        raise ClientGone()
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -396,13 +271,3 @@ def _without_credentials(url: str) -> str:
     if parts.username is None and parts.password is None:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
-async def _upstream_model_ids(backend: ChatBackend) -> list[str]:
-    """The upstream's own model list (for a pass-through upstream); [] when it cannot tell."""
-    target = backend.target
-    if target.models:
-        return list(target.models)
-    url = target.base_url.rstrip("/") + "/models"
-    status, body = await fetch_json(backend.transport, url, target.headers, target.connect_timeout)
-    return [m["id"] for m in model_entries(body)] if status == 200 else []

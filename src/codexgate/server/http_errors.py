@@ -1,0 +1,61 @@
+"""The one place errors become HTTP: a GatewayError before the first byte (status, OpenAI-style
+body, headers), a failed non-streamed response (502, 504 for a timeout), and the redaction of
+upstream text that may echo a secret. After the first byte of a stream an error is a
+`response.failed` event instead (the builder's), redacted here on its way out."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from codexgate.errors import Code, GatewayError, RateLimited
+from codexgate.redact import Redactor
+from codexgate.wire.responses_events import Event
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": JSON_HEADERS + (headers or [])})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
+
+
+async def send_error(send: Send, error: GatewayError, redactor: Redactor | None = None) -> None:
+    """The error as an HTTP response, its message redacted (upstream text may echo secrets)."""
+    if redactor is not None:
+        error.message = redactor.redact(error.message)
+    headers = []
+    if isinstance(error, RateLimited) and error.retry_after is not None:
+        headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    if error.status in (408, 413):
+        headers.append((b"connection", b"close"))  # the rest of the body is not read
+    await send_json(send, error.status, error.to_body(), headers)
+
+
+def redact_failure(event: Event, redactor: Redactor) -> None:
+    """Mask secrets in a `response.failed` event's message (upstream text may echo them)."""
+    error = event["response"].get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        event["response"]["error"] = {**error, "message": redactor.redact(error["message"])}
+
+
+def failed_response(event: Event) -> tuple[int, dict[str, Any]]:
+    """A non-streamed answer that failed: 504 when the upstream timed out, else 502, with the
+    failure's message and code as an OpenAI-style error body."""
+    error = event["response"].get("error") or {}
+    status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
+    body = {
+        "error": {
+            "message": error.get("message", ""),
+            "type": "server_error",
+            "param": None,
+            "code": error.get("code"),
+        }
+    }
+    return status, body

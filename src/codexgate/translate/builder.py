@@ -1,0 +1,348 @@
+"""The Responses item lifecycle, owned in one place. Pure and synchronous.
+
+`ResponseBuilder` turns semantic calls (`text`, `reasoning`, `function_call`,
+`custom_tool_call`, `finish`, `fail`) into Responses streaming events: it hands out item ids
+(from an injected factory), output indices and sequence numbers, opens and closes items with
+their added/delta/done events in the order the OpenAI API uses, and ends every response with
+exactly one of `response.completed`, `response.incomplete` or `response.failed`, every open item
+closed first. Every backend drives one, so the event grammar Codex holds a server to is written
+once (pydantic-ai's `ModelResponsePartsManager` has the same role).
+
+Events are buffered: a call appends to the builder, `take()` hands the batch over. The chat
+translator calls the builder several times per upstream chunk, and one list per chunk is
+cheaper than one per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from codexgate.errors import GatewayError
+from codexgate.translate.client_calls import client_call_item
+from codexgate.translate.cuts import cut_marker
+from codexgate.translate.envelope import Envelope
+from codexgate.translate.reasoning import encode_reasoning
+from codexgate.wire.responses_events import Event
+
+IdFactory = Callable[[str], str]
+
+
+class _Text:
+    """Text that arrives in many small deltas, joined once at the end. Deltas are folded into
+    blocks as they come: a list of millions of tiny strings costs ~60 bytes a delta on top of
+    the text, the blocks next to nothing, and each character is copied only twice."""
+
+    __slots__ = ("_blocks", "_pending")
+    _BLOCK = 4096  # deltas per block
+
+    def __init__(self) -> None:
+        self._blocks: list[str] = []
+        self._pending: list[str] = []
+
+    def append(self, text: str) -> None:
+        pending = self._pending
+        pending.append(text)
+        if len(pending) >= self._BLOCK:
+            self._blocks.append("".join(pending))
+            pending.clear()
+
+    def text(self) -> str:
+        """The whole text, as one string (later events share this object, not copies)."""
+        self._blocks.append("".join(self._pending))
+        self._pending.clear()
+        whole = "".join(self._blocks)
+        self._blocks = [whole]
+        return whole
+
+
+@dataclass(slots=True)
+class _OpenText:
+    """An open message or reasoning item: its place, its id and the text so far."""
+
+    index: int
+    item_id: str
+    parts: _Text = field(default_factory=_Text)
+
+
+class ResponseBuilder:
+    def __init__(self, envelope: Envelope, new_id: IdFactory, now: Callable[[], int] = lambda: 0) -> None:
+        """`new_id(prefix)` makes item ids; `now()` is the completion time (seconds)."""
+        self._env = envelope
+        self._new_id = new_id
+        self._now = now
+        self._seq = 0
+        self._events: list[Event] = []
+        self._output: list[dict[str, Any]] = []  # finished items, by output_index
+        self._next_index = 0
+        self._message: _OpenText | None = None
+        self._reasoning: _OpenText | None = None
+        self.done = False  # a terminal event was produced
+
+    def take(self) -> list[Event]:
+        """The events made since the last call."""
+        events = self._events
+        self._events = []
+        return events
+
+    # -- the stream
+
+    def start(self) -> list[Event]:
+        """`response.created` and `response.in_progress`, returned at once."""
+        resource = self._env.resource("in_progress", [])
+        self._event("response.created", response=resource)
+        self._event("response.in_progress", response=resource)
+        return self.take()
+
+    def text(self, delta: str) -> None:
+        """Answer text: opens a message (closing any reasoning) when none is open."""
+        m = self._message
+        if m is None:
+            self._close_reasoning()
+            self._message = m = _OpenText(self._take_index(), self._new_id("msg"))
+            item = {
+                "type": "message",
+                "id": m.item_id,
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+            self._event("response.output_item.added", output_index=m.index, item=item)
+            self._event(
+                "response.content_part.added",
+                item_id=m.item_id,
+                output_index=m.index,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            )
+        m.parts.append(delta)
+        self._event(
+            "response.output_text.delta",
+            item_id=m.item_id,
+            output_index=m.index,
+            content_index=0,
+            delta=delta,
+            logprobs=[],
+        )
+
+    def reasoning(self, delta: str) -> None:
+        """Reasoning text: opens a reasoning item (closing any message) when none is open."""
+        r = self._reasoning
+        if r is None:
+            self._close_message()
+            self._reasoning = r = _OpenText(self._take_index(), self._new_id("rs"))
+            item = {"type": "reasoning", "id": r.item_id, "summary": [], "status": "in_progress"}
+            self._event("response.output_item.added", output_index=r.index, item=item)
+            self._event(
+                "response.reasoning_summary_part.added",
+                item_id=r.item_id,
+                output_index=r.index,
+                summary_index=0,
+                part={"type": "summary_text", "text": ""},
+            )
+        r.parts.append(delta)
+        self._event(
+            "response.reasoning_summary_text.delta",
+            item_id=r.item_id,
+            output_index=r.index,
+            summary_index=0,
+            delta=delta,
+        )
+
+    def close_text(self) -> None:
+        """Close the open reasoning and message items (a tool call follows them)."""
+        self._close_reasoning()
+        self._close_message()
+
+    def function_call(
+        self, name: str, arguments: str, *, call_id: str | None = None, namespace: str | None = None
+    ) -> None:
+        """A whole function call: added, its arguments, done. Calls go out whole because a
+        client runs a call as soon as it sees it done."""
+        self.close_text()
+        index = self._take_index()
+        call_id = call_id or self._new_id("call")
+        item: dict[str, Any] = {
+            "type": "function_call",
+            "id": self._new_id("fc"),
+            "status": "in_progress",
+            "call_id": call_id,
+            "name": name,
+            "arguments": "",
+        }
+        if namespace:
+            item["namespace"] = namespace
+        self._event("response.output_item.added", output_index=index, item=item)
+        item_id = item["id"]
+        self._event(
+            "response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=arguments
+        )
+        self._event(
+            "response.function_call_arguments.done",
+            item_id=item_id,
+            output_index=index,
+            arguments=arguments,
+            name=name,
+        )
+        self._done_item(index, {**item, "status": "completed", "arguments": arguments})
+
+    def custom_tool_call(
+        self, name: str, input: str, *, call_id: str | None = None, namespace: str | None = None
+    ) -> None:
+        """A whole custom (freeform) tool call: added, its input, done."""
+        self.close_text()
+        index = self._take_index()
+        call_id = call_id or self._new_id("call")
+        item: dict[str, Any] = {
+            "type": "custom_tool_call",
+            "id": self._new_id("ctc"),
+            "status": "in_progress",
+            "call_id": call_id,
+            "name": name,
+            "input": "",
+        }
+        if namespace:
+            item["namespace"] = namespace
+        self._event("response.output_item.added", output_index=index, item=item)
+        item_id = item["id"]
+        self._event("response.custom_tool_call_input.delta", item_id=item_id, output_index=index, delta=input)
+        self._event("response.custom_tool_call_input.done", item_id=item_id, output_index=index, input=input)
+        self._done_item(index, {**item, "status": "completed", "input": input})
+
+    def client_call(self, kind: str, arguments: str, *, call_id: str | None = None) -> None:
+        """A whole call of a client-executed tool that is not a function on the Responses side
+        (`tool_search_call`, `local_shell_call`): added, done."""
+        self.close_text()
+        index = self._take_index()
+        item_id, call_id = self._new_id("fc"), call_id or self._new_id("call")
+        self._event(
+            "response.output_item.added",
+            output_index=index,
+            item=client_call_item(kind, item_id, call_id, "", "in_progress"),
+        )
+        self._done_item(index, client_call_item(kind, item_id, call_id, arguments, "completed"))
+
+    # -- the end
+
+    def finish(self, usage: dict[str, Any], incomplete_reason: str | None = None) -> None:
+        """Close what is open and end `response.completed`, or `response.incomplete` with
+        `incomplete_reason` (its message is then `incomplete` too). `done` is set only once
+        every event is built: if anything here raises, `fail()` still ends the stream."""
+        if self.done:
+            return
+        self._close_reasoning()
+        self._close_message("incomplete" if incomplete_reason else "completed")
+        output = self._finished_output()
+        self.done = True
+        if incomplete_reason:
+            resource = self._env.resource(
+                "incomplete", output, usage=usage, incomplete_reason=incomplete_reason
+            )
+            self._event("response.incomplete", response=resource)
+        else:
+            resource = self._env.resource("completed", output, usage=usage, completed_at=self._now())
+            self._event("response.completed", response=resource)
+
+    def fail(self, error: GatewayError, usage: dict[str, Any]) -> None:
+        """Close every open item as `incomplete`, mark what was said as cut (see
+        translate/cuts.py) and end with `response.failed`."""
+        if self.done:
+            return
+        try:
+            self._close_reasoning()
+            self._close_message("incomplete")
+        except Exception:
+            # Closing must never cost the terminal event: keep what closed, drop the rest.
+            self._message = self._reasoning = None
+        output = self._finished_output()
+        self._mark_cut(output)
+        self.done = True
+        resource = self._env.resource("failed", output, usage=usage, error=error.to_response_error())
+        self._event("response.failed", response=resource)
+
+    # -- items
+
+    def _take_index(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        self._output.append({})  # placeholder keeps output_index order when items interleave
+        return index
+
+    def _close_message(self, status: str = "completed") -> None:
+        m = self._message
+        if m is None:
+            return
+        self._message = None
+        text = m.parts.text()
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        self._event(
+            "response.output_text.done",
+            item_id=m.item_id,
+            output_index=m.index,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
+        self._event(
+            "response.content_part.done", item_id=m.item_id, output_index=m.index, content_index=0, part=part
+        )
+        item = {"type": "message", "id": m.item_id, "status": status, "role": "assistant", "content": [part]}
+        self._done_item(m.index, item)
+
+    def _close_reasoning(self) -> None:
+        r = self._reasoning
+        if r is None:
+            return
+        self._reasoning = None
+        text = r.parts.text()
+        part = {"type": "summary_text", "text": text}
+        self._event(
+            "response.reasoning_summary_text.done",
+            item_id=r.item_id,
+            output_index=r.index,
+            summary_index=0,
+            text=text,
+        )
+        self._event(
+            "response.reasoning_summary_part.done",
+            item_id=r.item_id,
+            output_index=r.index,
+            summary_index=0,
+            part=part,
+        )
+        item = {
+            "type": "reasoning",
+            "id": r.item_id,
+            "summary": [part],
+            "encrypted_content": encode_reasoning(text),
+        }
+        self._done_item(r.index, item)
+
+    def _done_item(self, index: int, item: dict[str, Any]) -> None:
+        self._output[index] = item
+        self._event("response.output_item.done", output_index=index, item=item)
+
+    def _finished_output(self) -> list[dict[str, Any]]:
+        """The finished items; placeholders of items never finished are left out."""
+        self._output = [item for item in self._output if item]
+        return self._output
+
+    def _mark_cut(self, output: list[dict[str, Any]]) -> None:
+        """After a failure: one more item naming this response's items, so that a client
+        sending them back as history (Codex's retry) gets them left out upstream."""
+        if not output:
+            return
+        index = self._next_index
+        self._next_index += 1
+        marker = cut_marker(self._new_id("rs"), [item["id"] for item in output])
+        added = {"type": "reasoning", "id": marker["id"], "summary": [], "status": "in_progress"}
+        self._event("response.output_item.added", output_index=index, item=added)
+        output.append(marker)
+        self._event("response.output_item.done", output_index=index, item=marker)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        event = {"type": kind, "sequence_number": self._seq}
+        self._seq += 1
+        event.update(fields)
+        self._events.append(event)

@@ -1,0 +1,312 @@
+"""The open-model fixes as stages between a backend's semantic output and the response builder.
+Pure and synchronous.
+
+A backend reads its upstream into semantic parts (answer text, reasoning, finished tool calls,
+the end); a `Pipeline` of stages rewrites them; the backend hands what comes out to the
+`ResponseBuilder`. Stages know nothing about the upstream's dialect, so a backend serving an
+open model over another API runs the same ones:
+
+- `ContentStage`: `<think>` text -> reasoning, tool calls written as text -> `TextCall`s
+  (translate/content.py, think.py, textcalls.py);
+- `LoopGuardStage`: a model repeating itself -> a `Failure` (translate/loops.py);
+- `ArgumentRepairStage`: a finished function call's arguments, repaired where unambiguous
+  (translate/repair.py);
+- `GrammarCheckStage`: a finished custom tool call's input against the grammar the client
+  advertised (translate/patch_grammar.py);
+- `UsageEstimateStage`: token counts when the upstream sent none (Codex only compacts when it
+  sees them).
+
+Each stage declares the part types it `accepts`; the others pass by untouched, so a text delta
+costs only the stages that look at text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeAlias
+
+from codexgate.errors import GatewayError, ModelOutputLoop
+from codexgate.translate import content as content_module
+from codexgate.translate.dialect import ThinkMode
+from codexgate.translate.envelope import estimated_usage
+from codexgate.translate.loops import Loop, RepetitionGuard
+from codexgate.translate.patch_grammar import check_custom_input
+from codexgate.translate.repair import repair_arguments
+from codexgate.translate.textcalls import CallPiece, TextPiece
+from codexgate.translate.tools import ToolMap
+
+# -- the parts
+
+
+@dataclass(slots=True)
+class Text:
+    """Answer text. `verbatim` text is the model's own words in a field no stage parses (a
+    refusal): it is watched and counted, never read for tags or calls."""
+
+    text: str
+    verbatim: bool = False
+
+
+@dataclass(slots=True)
+class Reasoning:
+    text: str
+
+
+# A tool call recognised in the answer text, named as the model wrote it; the backend resolves
+# it against the request's tools and sends it on as a `ToolCall` when the turn ends.
+TextCall: TypeAlias = CallPiece
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A finished tool call, named as the client knows it."""
+
+    name: str
+    arguments: str  # a function call's JSON arguments, or a custom tool's raw input
+    call_id: str | None = None
+    namespace: str | None = None
+    custom: bool = False
+    client_kind: str | None = None  # a client-executed tool (tool_search, local_shell): its item kind
+    model_name: str = ""  # the name the model called it by (the key of the request's schemas)
+    checked: bool = False  # arguments already validated (a call recognised in text)
+
+
+@dataclass(slots=True)
+class Failure:
+    """The response must fail with `error` once the current input is handled."""
+
+    error: GatewayError
+
+
+@dataclass(slots=True)
+class Finish:
+    """The end of the model's turn. `usage` is Responses-shaped, None when the upstream sent
+    none; `output_chars` is what the model produced (for the estimate); `error` set: failed."""
+
+    usage: dict[str, Any] | None
+    output_chars: int
+    incomplete_reason: str | None = None
+    error: GatewayError | None = None
+
+
+Part: TypeAlias = Text | Reasoning | TextCall | ToolCall | Failure | Finish
+
+
+class Stage(Protocol):
+    accepts: ClassVar[tuple[type, ...]]
+
+    def feed(self, part: Any) -> list[Part]:
+        """Parts that `part` (of a type in `accepts`) becomes."""
+        ...
+
+    def flush(self) -> list[Part]:
+        """Release what is held back (at the end of the text, or before a structured call)."""
+        ...
+
+
+class Pipeline:
+    """Stages composed in order: each part goes through every later stage that accepts it."""
+
+    __slots__ = ("_stages", "_steps")
+
+    def __init__(self, stages: list[Stage]) -> None:
+        self._stages = stages
+        # (accepted types, feed) per stage, looked up once: this runs for every delta
+        self._steps = [(frozenset(stage.accepts), stage.feed) for stage in stages]
+
+    def feed(self, part: Part) -> list[Part]:
+        parts = [part]
+        for accepts, feed in self._steps:
+            if len(parts) == 1:  # the common case, one delta: no new list unless a stage acts
+                if type(parts[0]) in accepts:
+                    parts = feed(parts[0])
+            else:
+                parts = self._each(parts, accepts, feed)
+        return parts
+
+    def flush(self) -> list[Part]:
+        out: list[Part] = []
+        steps = self._steps
+        for position, stage in enumerate(self._stages):
+            parts = stage.flush()
+            for accepts, feed in steps[position + 1 :]:
+                parts = self._each(parts, accepts, feed)
+            out.extend(parts)
+        return out
+
+    @staticmethod
+    def _each(parts: list[Part], accepts: frozenset[type], feed: Callable[[Any], list[Part]]) -> list[Part]:
+        out: list[Part] = []
+        for part in parts:
+            if type(part) in accepts:
+                out.extend(feed(part))
+            else:
+                out.append(part)
+        return out
+
+
+# -- the stages
+
+
+class ContentStage:
+    """Think tags and tool calls written as text, out of the answer (translate/content.py)."""
+
+    accepts: ClassVar[tuple[type, ...]] = (Text,)
+
+    def __init__(self, content: content_module.ContentStage) -> None:
+        self._content: content_module.ContentStage | None = content
+
+    def feed(self, part: Text) -> list[Part]:
+        if part.verbatim or self._content is None:
+            return [part]
+        pieces = self._content.feed(part.text)
+        if len(pieces) == 1 and type(pieces[0]) is TextPiece and pieces[0].text == part.text:
+            return [part]  # plain text went through whole: no new part
+        return self._parts(pieces)
+
+    def flush(self) -> list[Part]:
+        """Once: what follows (text after a structured call) passes through as it is."""
+        if self._content is None:
+            return []
+        stage, self._content = self._content, None
+        return self._parts(stage.finish())
+
+    @staticmethod
+    def _parts(pieces: list[content_module.Output]) -> list[Part]:
+        parts: list[Part] = []
+        for piece in pieces:
+            if isinstance(piece, TextPiece):
+                parts.append(Text(piece.text))
+            elif isinstance(piece, CallPiece):
+                parts.append(piece)
+            else:
+                parts.append(Reasoning(piece[1]))
+        return parts
+
+
+class LoopGuardStage:
+    """Stops a model that repeats one unit of text over and over (translate/loops.py): one
+    guard for the reasoning, one for the answer."""
+
+    accepts: ClassVar[tuple[type, ...]] = (Text, Reasoning)
+
+    def __init__(self, counts: Counter[str] | None = None) -> None:
+        self._reasoning = RepetitionGuard()
+        self._answer = RepetitionGuard()
+        self._counts = counts
+        self._stopped = False
+
+    def feed(self, part: Text | Reasoning) -> list[Part]:
+        if self._stopped:
+            return [part]
+        guard = self._answer if type(part) is Text else self._reasoning
+        loop = guard.feed(part.text)
+        if loop is None:
+            return [part]
+        self._stopped = True
+        return [part, Failure(self._error(loop))]
+
+    def flush(self) -> list[Part]:
+        return []
+
+    def _error(self, loop: Loop) -> ModelOutputLoop:
+        if self._counts is not None:
+            self._counts["loops.stopped"] += 1
+        unit = loop.unit if len(loop.unit) <= 80 else loop.unit[:77] + "..."
+        return ModelOutputLoop(
+            f"codexgate stopped the model: it repeated the same {len(loop.unit)} characters at least "
+            f"{loop.repeats} times in a row ({unit!r}). A repetition penalty in the model's settings "
+            "(see `codexgate doctor`) usually prevents this."
+        )
+
+
+class ArgumentRepairStage:
+    """Repairs only what is unambiguous; otherwise the model's text goes on and the client
+    reports the error to the model."""
+
+    accepts: ClassVar[tuple[type, ...]] = (ToolCall,)
+
+    def __init__(self, schemas: Mapping[str, dict[str, Any] | None], counts: Counter[str] | None) -> None:
+        self._schemas = schemas
+        self._counts = counts
+
+    def feed(self, call: ToolCall) -> list[Part]:
+        if not call.custom and not call.checked:
+            checked = repair_arguments(
+                call.arguments, self._schemas.get(call.model_name), counts=self._counts
+            )
+            if checked.arguments is not None and checked.outcome == "repaired":
+                call.arguments = checked.arguments
+        return [call]
+
+    def flush(self) -> list[Part]:
+        return []
+
+
+class GrammarCheckStage:
+    """A custom tool's input checked (and repaired where that makes it parse) against the
+    grammar the client advertised for it."""
+
+    accepts: ClassVar[tuple[type, ...]] = (ToolCall,)
+
+    def __init__(self, grammars: Mapping[str, dict[str, Any]], counts: Counter[str] | None) -> None:
+        self._grammars = grammars
+        self._counts = counts
+
+    def feed(self, call: ToolCall) -> list[Part]:
+        if call.custom:
+            grammar = self._grammars.get(call.model_name)  # keyed by the flat (chat) name
+            if grammar is not None:
+                call.arguments = check_custom_input(call.arguments, grammar, self._counts).text
+        return [call]
+
+    def flush(self) -> list[Part]:
+        return []
+
+
+class UsageEstimateStage:
+    """Token counts when the upstream sent none: input from the request's size, output from
+    the characters produced (see envelope.estimated_usage)."""
+
+    accepts: ClassVar[tuple[type, ...]] = (Finish,)
+
+    def __init__(self, input_token_estimate: int) -> None:
+        self._input = input_token_estimate
+
+    def feed(self, finish: Finish) -> list[Part]:
+        if finish.usage is None:
+            finish.usage = estimated_usage(self._input, finish.output_chars)
+        return [finish]
+
+    def flush(self) -> list[Part]:
+        return []
+
+
+def build_pipeline(
+    tool_map: ToolMap,
+    *,
+    think_tags: ThinkMode = "off",
+    text_tool_calls: str = "off",
+    loop_guard: bool = False,
+    counts: Counter[str] | None = None,
+    input_token_estimate: int = 0,
+    content: content_module.ContentStage | None = None,
+) -> Pipeline:
+    """The stages for one response, from the upstream's and model's settings. `content`, when
+    given, is used instead of one built from `think_tags` and `text_tool_calls`. Raises
+    ValueError for an unknown `text_tool_calls` mode."""
+    stages: list[Stage] = []
+    if content is None and (think_tags != "off" or text_tool_calls != "off"):
+        content = content_module.ContentStage(
+            tool_map.schemas, think=think_tags, text_calls=text_tool_calls, counts=counts
+        )
+    if content is not None:
+        stages.append(ContentStage(content))
+    if loop_guard:
+        stages.append(LoopGuardStage(counts))
+    stages.append(ArgumentRepairStage(tool_map.schemas, counts))
+    stages.append(GrammarCheckStage(tool_map.custom_grammars, counts))
+    stages.append(UsageEstimateStage(input_token_estimate))
+    return Pipeline(stages)

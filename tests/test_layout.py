@@ -1,0 +1,48 @@
+"""The layering of DESIGN.md held by a test: `wire <- translate <- {backends, server, store} <-
+app, cli`, and the server and router reach backends only through backends/base.py."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "codexgate"
+
+# package -> codexgate packages it must not import
+FORBIDDEN = {
+    "wire": ("translate", "backends", "server", "store", "app", "cli"),
+    "translate": ("backends", "server", "store", "app", "cli"),
+    "backends": ("server", "store", "app", "cli"),
+    "server": ("backends.chat", "backends.transport", "app", "cli"),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("codexgate."):
+            names.add(node.module.removeprefix("codexgate."))
+        elif isinstance(node, ast.Import):
+            names.update(
+                a.name.removeprefix("codexgate.") for a in node.names if a.name.startswith("codexgate.")
+            )
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_layer_imports_nothing_above_it(package: str) -> None:
+    files = sorted((SRC / package).rglob("*.py"))
+    assert files
+    wrong = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in files
+        for name in imports_of(path)
+        if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN[package])
+    ]
+    assert not wrong
+
+
+def test_routing_knows_no_concrete_backend() -> None:
+    assert not {name for name in imports_of(SRC / "routing.py") if name.startswith("backends")}
