@@ -17,10 +17,10 @@ from tests.support.scripts import set_progress_sink
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
     def show(line: str) -> None:
+        # Looked up here: the terminal reporter may be registered after this hook runs.
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             if reporter is None:  # -p no:terminal
                 print(line, file=sys.stderr, flush=True)
