@@ -41,7 +41,7 @@ from codexgate.codex_setup import (
     codex_base_instructions,
     write_codex_setup,
 )
-from tests.support.scripts import run_install_script
+from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-codex.sh"
@@ -58,7 +58,8 @@ def codex_binary() -> Path:
     """The `codex` executable (Codex CLI 0.169.0) from the project cache, installed if missing.
 
     `CODEXGATE_CODEX_BIN` points at another binary. Skips the calling test if Codex is not
-    installed and npm is not available; fails it if the install itself fails.
+    installed and npm is not available; fails it if the install itself fails (and every later
+    caller at once, with the same cause).
     """
     override = os.environ.get("CODEXGATE_CODEX_BIN")
     if override:
@@ -67,7 +68,7 @@ def codex_binary() -> Path:
     cached = cache / "codex" / "node_modules" / ".bin" / "codex"
     if not cached.exists() and (shutil.which("npm") is None or shutil.which("node") is None):
         pytest.skip("Codex CLI is not installed and npm/node are unavailable to install it")
-    stdout = run_install_script(INSTALL_SCRIPT, timeout=900)
+    stdout = install_once(INSTALL_SCRIPT, timeout=900)
     return Path(stdout.strip().splitlines()[-1])
 
 

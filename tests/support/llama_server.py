@@ -1,16 +1,16 @@
 """A real llama.cpp `llama-server` with SmolLM2-135M-Instruct, for tests against a model
 server nobody here wrote.
 
-`scripts/build-llama.sh` builds it into `.cache/llama` (about 7 minutes the first time, then
-cached); `llama_binary()` runs that script on first use, like the Codex CLI install. The tests
-are skipped only where no C++ toolchain can build it; `CODEXGATE_REQUIRE_LLAMA=1` (set by CI)
-turns that skip into a failure. `CODEXGATE_LLAMA_SERVER` / `CODEXGATE_LLAMA_MODEL` point at
-another build or model.
+`scripts/build-llama.sh` builds it into `$CODEXGATE_CACHE/llama` (default `.cache/llama`; about
+10 minutes the first time, then cached); `llama_binary()` runs that script on first use, once per
+test session (a failed build fails every llama test at once with its cause, without building
+again), and its progress shows on the terminal. The tests are skipped only where no C++
+toolchain can build it; `CODEXGATE_REQUIRE_LLAMA=1` (set by CI) turns that skip into a failure.
+`CODEXGATE_LLAMA_SERVER` / `CODEXGATE_LLAMA_MODEL` point at another build or model.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -27,11 +27,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.scripts import run_install_script
+from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-llama.sh"
-CACHE = REPO_ROOT / ".cache" / "llama"
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -41,16 +40,23 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@functools.cache
+def llama_cache() -> Path:
+    """Where scripts/build-llama.sh puts its results (it reads CODEXGATE_CACHE the same way)."""
+    return Path(os.environ.get("CODEXGATE_CACHE") or REPO_ROOT / ".cache") / "llama"
+
+
 def llama_binary() -> tuple[Path, Path]:
     """(llama-server, model GGUF), built and downloaded on first use."""
+    cache = llama_cache()
+    model = Path(os.environ.get("CODEXGATE_LLAMA_MODEL") or cache / "models" / MODEL_ID)
     override = os.environ.get("CODEXGATE_LLAMA_SERVER")
     if override:
-        return Path(override), Path(os.environ.get("CODEXGATE_LLAMA_MODEL") or CACHE / "models" / MODEL_ID)
-    if not all(shutil.which(tool) for tool in ("cmake", "c++", "make")):
+        return Path(override), model
+    built = cache / "bin" / "llama-server"
+    if not built.exists() and not all(shutil.which(tool) for tool in ("cmake", "c++", "make")):
         _unavailable("llama-server is not built and cmake/c++/make are missing to build it")
-    run_install_script(BUILD_SCRIPT, timeout=1800)
-    return CACHE / "bin" / "llama-server", CACHE / "models" / MODEL_ID
+    install_once(BUILD_SCRIPT, timeout=1800)  # a no-op once cached
+    return built, model
 
 
 def post_json(url: str, body: Any, timeout: float = 600) -> Any:
@@ -90,7 +96,9 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "-c", str(n_ctx), "-np", "1", "-t", "2", "--no-warmup", *extra,
     ]  # fmt: skip
-    log = open(CACHE / f"server-{port}.log", "w")  # noqa: SIM115 - closed below
+    log_dir = llama_cache()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / f"server-{port}.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"
     try:

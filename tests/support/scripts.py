@@ -1,27 +1,111 @@
 """Running the project's install scripts (scripts/*.sh) from tests, which install what they
-need on first use: a failed or timed-out install fails the calling test with its output."""
+need on first use.
+
+A script runs at most once per test session (`install_once`): its outcome is remembered, a
+failure included, so when a build breaks the first test that needs it fails with the cause and
+every later one fails at once with the same cause instead of building again. While it runs,
+each line it writes to stderr (its progress) goes to the progress sink, which tests/conftest.py
+points at pytest's terminal so a long build is visible even though pytest captures output.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+ProgressSink = Callable[[str], None]
 
-def run_install_script(script: Path, timeout: float) -> str:
-    """Run `bash script`; returns its stdout."""
-    try:
-        proc = subprocess.run(
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# Where install scripts' progress lines go; the default serves callers outside pytest (bench/).
+_progress: ProgressSink = _to_stderr
+
+# The outcome of each script run in this session: its stdout, or the failure message.
+_outcomes: dict[Path, tuple[bool, str]] = {}
+
+
+def set_progress_sink(sink: ProgressSink) -> None:
+    global _progress
+    _progress = sink
+
+
+class ScriptFailed(Exception):
+    """An install script exited non-zero or timed out; the message says why, with its output."""
+
+
+def run_script(script: Path, timeout: float, sink: ProgressSink | None = None) -> str:
+    """Run `bash script`, passing each stderr line to `sink` (default: the progress sink) as it
+    comes; returns its stdout. Past `timeout` seconds its whole process group is killed."""
+    sink = sink or _progress
+    tail: deque[str] = deque(maxlen=60)
+    timed_out = threading.Event()
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        subprocess.Popen(
             ["bash", str(script)],
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=out,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            check=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"{script.name} failed ({exc.returncode}):\n{exc.stdout[-3000:]}{exc.stderr[-3000:]}")
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{script.name} timed out after {timeout:g} s")
-    return proc.stdout
+            start_new_session=True,  # a process group to kill: cmake, make and the compilers
+        ) as proc,
+    ):
+
+        def kill_group() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        def on_timeout() -> None:
+            timed_out.set()
+            kill_group()
+
+        timer = threading.Timer(timeout, on_timeout)
+        timer.start()
+        try:
+            assert proc.stderr is not None
+            for raw in proc.stderr:
+                line = raw.rstrip("\n")
+                tail.append(line)
+                sink(line)
+            returncode = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:  # interrupted (Ctrl-C): leave no build behind
+                kill_group()
+        out.seek(0)
+        stdout = out.read()
+    output = "\n".join(tail)
+    if timed_out.is_set():
+        raise ScriptFailed(f"{script.name} timed out after {timeout:g} s; its last output:\n{output}")
+    if returncode != 0:
+        raise ScriptFailed(f"{script.name} failed (exit status {returncode}):\n{output}")
+    return stdout
+
+
+def install_once(script: Path, timeout: float) -> str:
+    """`run_script` once per session; returns its stdout, or fails the calling test with the
+    cause, the first time and every time after (without running the script again)."""
+    first = script not in _outcomes
+    if first:
+        try:
+            _outcomes[script] = (True, run_script(script, timeout))
+        except ScriptFailed as exc:
+            _outcomes[script] = (False, str(exc))
+    ok, result = _outcomes[script]
+    if not ok:
+        again = "" if first else f"{script.name} already failed in this session, not run again:\n"
+        pytest.fail(again + result, pytrace=False)
+    return result

