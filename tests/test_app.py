@@ -414,3 +414,12 @@ async def test_an_upstream_that_never_answers_fails_after_the_idle_timeout() -> 
         async with asyncio.timeout(10):
             response = await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
     assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"
+
+
+async def test_hosted_tools_left_out_are_named_in_the_response_metadata() -> None:
+    async with gateway([text_reply("ok")]) as (client, fake, _):
+        response = await client.post(
+            "/v1/responses", json={"model": "m", "input": "x", "tools": [{"type": "web_search"}]}
+        )
+    assert response.json()["metadata"] == {"codexgate_unavailable_tools": "web_search"}
+    assert "tools" not in fake.requests[0].body

@@ -12,9 +12,9 @@ import pytest
 from codexgate.errors import InvalidRequest
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
-from codexgate.translate.request import to_chat_request
+from codexgate.translate.request import to_chat_request, tools_of
 from codexgate.translate.stream import ChatStreamTranslator
-from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY
+from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, translate_tools
 from codexgate.wire.responses import parse_request
 
 EXEC_GRAMMAR = {
@@ -298,7 +298,8 @@ def test_hosted_tools_are_named_in_the_response_metadata() -> None:
             "tools": [{"type": "web_search"}, {"type": "image_generation"}],
         }
     )
-    resource = Envelope.for_request(req, "resp_1", 0).resource("completed", [])
+    unavailable = translate_tools(tools_of(req))[1].unavailable
+    resource = Envelope.for_request(req, "resp_1", 0, unavailable_tools=unavailable).resource("completed", [])
     assert resource["metadata"] == {"k": "v", UNAVAILABLE_METADATA_KEY: "web_search,image_generation"}
     plain = Envelope.for_request(parse_request({"model": "m", "input": "x"}), "r", 0).resource(
         "completed", []

@@ -186,7 +186,9 @@ class ChatCall:
             backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
         self._body = orjson.dumps(chat.body)
         created = int(time.time())
-        self.envelope = Envelope.for_request(req, new_id("resp"), created, sent=chat.body)
+        self.envelope = Envelope.for_request(
+            req, new_id("resp"), created, sent=chat.body, unavailable_tools=chat.tool_map.unavailable
+        )
         stages = build_pipeline(
             chat.tool_map,
             think_tags=dialect.think_tags,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from codexgate.translate.request import tools_of
-from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, translate_tools, unavailable_metadata
+from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, unavailable_metadata
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others
@@ -84,9 +83,11 @@ class Envelope:
         response_id: str,
         created_at: int,
         sent: Mapping[str, Any] | None = None,
+        unavailable_tools: Sequence[str] = (),
     ) -> Envelope:
         """`sent`: the upstream request body, whose sampling values (the gateway's defaults and
-        the upstream's `extra_body` included) are echoed instead of the client's."""
+        the upstream's `extra_body` included) are echoed instead of the client's.
+        `unavailable_tools`: the tool kinds the upstream could not be given, named in metadata."""
         sent = sent or {}
         temperature = sent.get("temperature", req.temperature)
         top_p = sent.get("top_p", req.top_p)
@@ -117,7 +118,7 @@ class Envelope:
             "store": bool(req.store),
             "background": False,
             "service_tier": req.service_tier or "default",
-            "metadata": _metadata(req),
+            "metadata": _metadata(req, unavailable_tools),
             "safety_identifier": None,
             "prompt_cache_key": req.prompt_cache_key,
         }
@@ -149,11 +150,10 @@ class Envelope:
         return resource
 
 
-def _metadata(req: ResponsesRequest) -> dict[str, Any]:
+def _metadata(req: ResponsesRequest, unavailable: Sequence[str]) -> dict[str, Any]:
     """The client's metadata, plus the tools the upstream could not be given (hosted ones such
     as web_search): the one place a client sees that they were left out."""
     metadata = dict(req.metadata or {})
-    unavailable = translate_tools(tools_of(req))[1].unavailable
     if unavailable:
         metadata[UNAVAILABLE_METADATA_KEY] = unavailable_metadata(unavailable)
     return metadata

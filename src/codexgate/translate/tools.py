@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -240,7 +241,7 @@ def unavailable_notice(kinds: list[str]) -> str | None:
     )
 
 
-def unavailable_metadata(kinds: list[str]) -> str:
+def unavailable_metadata(kinds: Sequence[str]) -> str:
     """The value of UNAVAILABLE_METADATA_KEY in the response: kinds joined by commas, at most
     512 characters (OpenAI's limit on a metadata value)."""
     text = ",".join(_clip(k, _NOTICE_KIND_CHARS) for k in kinds)
