@@ -160,55 +160,55 @@ class ResponseBuilder:
     ) -> None:
         """A whole function call: added, its arguments, done. Calls go out whole because a
         client runs a call as soon as it sees it done."""
-        self.close_text()
-        index = self._take_index()
-        call_id = call_id or self._new_id("call")
-        item: dict[str, Any] = {
-            "type": "function_call",
-            "id": self._new_id("fc"),
-            "status": "in_progress",
-            "call_id": call_id,
-            "name": name,
-            "arguments": "",
-        }
-        if namespace:
-            item["namespace"] = namespace
-        self._event("response.output_item.added", output_index=index, item=item)
-        item_id = item["id"]
-        self._event(
-            "response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=arguments
-        )
-        self._event(
-            "response.function_call_arguments.done",
-            item_id=item_id,
-            output_index=index,
-            arguments=arguments,
-            name=name,
-        )
-        self._done_item(index, {**item, "status": "completed", "arguments": arguments})
+        self._whole_call(
+            "function_call", "fc", "response.function_call_arguments", "arguments", name, arguments,
+            call_id, namespace, done_extra={"name": name},
+        )  # fmt: skip
 
     def custom_tool_call(
         self, name: str, input: str, *, call_id: str | None = None, namespace: str | None = None
     ) -> None:
         """A whole custom (freeform) tool call: added, its input, done."""
+        self._whole_call(
+            "custom_tool_call", "ctc", "response.custom_tool_call_input", "input", name, input,
+            call_id, namespace,
+        )  # fmt: skip
+
+    def _whole_call(
+        self,
+        kind: str,
+        id_prefix: str,
+        event_prefix: str,
+        field: str,
+        name: str,
+        value: str,
+        call_id: str | None,
+        namespace: str | None,
+        done_extra: dict[str, Any] | None = None,
+    ) -> None:
         self.close_text()
         index = self._take_index()
-        call_id = call_id or self._new_id("call")
         item: dict[str, Any] = {
-            "type": "custom_tool_call",
-            "id": self._new_id("ctc"),
+            "type": kind,
+            "id": self._new_id(id_prefix),
             "status": "in_progress",
-            "call_id": call_id,
+            "call_id": call_id or self._new_id("call"),
             "name": name,
-            "input": "",
+            field: "",
         }
         if namespace:
             item["namespace"] = namespace
         self._event("response.output_item.added", output_index=index, item=item)
         item_id = item["id"]
-        self._event("response.custom_tool_call_input.delta", item_id=item_id, output_index=index, delta=input)
-        self._event("response.custom_tool_call_input.done", item_id=item_id, output_index=index, input=input)
-        self._done_item(index, {**item, "status": "completed", "input": input})
+        self._event(f"{event_prefix}.delta", item_id=item_id, output_index=index, delta=value)
+        self._event(
+            f"{event_prefix}.done",
+            item_id=item_id,
+            output_index=index,
+            **{field: value},
+            **(done_extra or {}),
+        )
+        self._done_item(index, {**item, "status": "completed", field: value})
 
     def client_call(self, kind: str, arguments: str, *, call_id: str | None = None) -> None:
         """A whole call of a client-executed tool that is not a function on the Responses side
