@@ -13,8 +13,10 @@ connections make every new request a 503. `limited_protocol` returns a subclass 
 - a head size limit: more than `max_header_bytes` or `MAX_HEADERS` headers is a 431, closed;
 - a connection cap: past `max_connections` the longest-idle connection is closed to make
   room, and when none is idle the new one gets a 503 and is closed;
-- an idle cap: at most `max_idle_connections` connections wait between requests (or before
-  their first one); past that, the one idle longest is closed.
+- an idle cap: at most `max_idle_connections` keep-alive connections wait between requests;
+  past that, the one idle longest is closed. A new connection that has not sent its first
+  request yet is not idle in this sense (the head timeout bounds it): counting it made a burst
+  of 500 clients connecting at once lose half of them before they could speak.
 
 A connection with a request in flight (a Codex stream of many minutes) is never touched.
 """
@@ -98,7 +100,6 @@ def limited_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm_head_timer()
-            idle.add(self)
             if len(self.connections) > limits.max_connections and not idle.close_oldest(spare=self):
                 self._refuse(
                     _response(
@@ -110,8 +111,6 @@ def limited_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                     )
                 )
                 return
-            while len(idle) > limits.max_idle_connections and idle.close_oldest(spare=self):
-                pass
 
         def connection_lost(self, exc: Exception | None) -> None:
             idle.discard(self)
