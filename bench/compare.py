@@ -354,10 +354,8 @@ def failures(r: dict[str, Any]) -> int:
     """Streams that did not end in response.completed (or [DONE] for direct), over section 6."""
     rel = r.get("relay", {})
     n = 0
-    for key in ("first_token", "big"):
-        n += sum(v.get("failed", 0) for v in rel.get(key, {}).values() if isinstance(v, dict))
-    n += sum(v.get("failed", 0) for v in rel.get("cpu", {}).values() if isinstance(v, dict))
-    n += sum(v.get("failed", 0) for v in rel.get("memory", {}).values() if isinstance(v, dict))
+    for key in ("first_token", "big", "cpu", "memory"):
+        n += sum(int(v.get("failed", 0)) for v in rel.get(key, {}).values() if isinstance(v, dict))
     return n
 
 

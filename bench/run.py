@@ -51,7 +51,7 @@ from procs import (  # noqa: E402
     set_affinity,
     wait_http,
 )
-from workload import Scenario, codex_request  # noqa: E402
+from workload import Scenario, codex_request, loop_in  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -1068,6 +1068,10 @@ def main() -> int:
             parser.error(f"{src} has no codexgate package")
         procs_module.SRC_OVERRIDE = str(src)
         sys.path.insert(0, str(src))
+    for sc in (TYPICAL, STREAMED, PACED, BIG, compare.FIRST_TOKEN, Scenario("text", plan.mem_chunks, 4, 50)):
+        unit = loop_in(sc.text(), sc.chars)
+        if unit is not None:
+            parser.error(f"the answer of {sc.model} is a loop the gateway would stop: {unit[:60]!r}")
     t0 = time.monotonic()
     deadline = time.monotonic() + args.wait_quiet
     while True:

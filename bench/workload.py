@@ -104,6 +104,19 @@ def answer_text(n: int) -> str:
     return _ANSWERS[n]
 
 
+def loop_in(text: str, chunk_chars: int) -> str | None:
+    """The unit codexgate's loop guard would stop `text` on, streamed in `chunk_chars` pieces;
+    None when it streams through (the bench checks every answer with this before it starts)."""
+    from codexgate.translate.loops import RepetitionGuard
+
+    guard = RepetitionGuard()
+    for i in range(0, len(text), chunk_chars):
+        found = guard.feed(text[i : i + chunk_chars])
+        if found is not None:
+            return found.unit
+    return None
+
+
 def reply_for(body: JSON) -> Any:
     """The fake upstream's script: the reply named by the request's model."""
     from tests.support.fake_upstream import text_reply, tool_calls_reply
