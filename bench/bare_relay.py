@@ -94,6 +94,15 @@ def chat_body(req: JSON) -> JSON:
     return body
 
 
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 def _event(kind: bytes, data: JSON) -> bytes:
     return b"event: " + kind + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -128,17 +137,12 @@ class BareRelay:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        req = orjson.loads(b"".join(chunks))
-        await self._relay(req, send)
+        # Only the encoded chat body outlives this line, and only until it is sent: a relay
+        # holding each request's decoded dict for the whole stream is not a floor for memory.
+        upstream = [orjson.dumps(chat_body(orjson.loads(await _read_body(receive))))]
+        await self._relay(upstream, send)
 
-    async def _relay(self, req: JSON, send: Any) -> None:
-        upstream = orjson.dumps(chat_body(req))
+    async def _relay(self, upstream: list[bytes], send: Any) -> None:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         seq = 0
@@ -149,7 +153,7 @@ class BareRelay:
             {"type": "http.response.body", "body": _event(b"response.created", created), "more_body": True}
         )
         try:
-            async with self._session().post(self.url, data=upstream, headers=headers) as resp:
+            async with self._session().post(self.url, data=upstream.pop(), headers=headers) as resp:
                 buf = b""
                 async for piece in resp.content.iter_any():
                     buf += piece
