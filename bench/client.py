@@ -26,6 +26,12 @@ _MARKERS = {
     DIRECT: (b'"delta":{"content":"', b"data: [DONE]"),
 }
 _CARRY = 48
+_FAILED = b"event: response.failed\n"
+_LOOP_CODE = b"model_output_loop"
+
+# Streams that ended in response.failed because codexgate's loop guard stopped them. A bench
+# answer must never look like a loop (bench/workload.py); run.py fails loudly when this is not 0.
+LOOP_STOPS = 0
 
 
 @dataclass(slots=True)
@@ -63,6 +69,7 @@ async def stream_once(
     on_open: Callable[[], None] | None = None,
     on_close: Callable[[], None] | None = None,
 ) -> StreamResult:
+    global LOOP_STOPS
     first_marker, end_marker = _MARKERS[kind]
     if kind == DIRECT:
         # `"delta":{"content":""` is the role chunk's shape only when content comes first; the
@@ -84,6 +91,7 @@ async def stream_once(
             prev_nl = False
             found_first = False
             found_end = False
+            found_failed = False
             async for chunk in resp.content.iter_any():
                 now = perf()
                 if not res.reads:
@@ -94,6 +102,12 @@ async def stream_once(
                 prev_nl = chunk[-1:] == b"\n"
                 if not (found_first and found_end):
                     window = carry + chunk if carry else chunk
+                    if not found_failed and kind == GATEWAY and _FAILED in window:
+                        found_failed = True
+                        res.error = "response.failed"
+                    if found_failed and _LOOP_CODE in window and "loop" not in res.error:
+                        res.error = "response.failed (model_output_loop)"
+                        LOOP_STOPS += 1
                     if not found_first:
                         pos = window.find(first_marker)
                         while pos >= 0 and first_marker_empty and window.startswith(first_marker_empty, pos):

@@ -30,6 +30,8 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import client as client_module  # noqa: E402
+import compare  # noqa: E402
 import libs  # noqa: E402
 import orjson  # noqa: E402
 import procs as procs_module  # noqa: E402
@@ -49,7 +51,7 @@ from procs import (  # noqa: E402
     set_affinity,
     wait_http,
 )
-from workload import Scenario, codex_request  # noqa: E402
+from workload import Scenario, codex_request, loop_in  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -144,7 +146,7 @@ class Bench:
         self.up_url = self.up_v1 + "/chat/completions"
         self.typical_req = codex_request(TYPICAL)
         self.bodies: dict[str, tuple[bytes, bytes]] = {}
-        self.captured: dict[int, tuple[str, bytes]] = {}
+        self.captured: dict[tuple[int, int], tuple[str, bytes]] = {}
         self.r: dict[str, Any] = {}
         self.cpus = sorted(os.sched_getaffinity(0))
         self.workdir = Path(tempfile.mkdtemp(prefix="bench-"))  # removed at the end, even on a signal
@@ -169,13 +171,13 @@ class Bench:
             except OSError:
                 pass
 
-    def bodies_for(self, sc: Scenario, history_bytes: int = 0) -> tuple[bytes, bytes]:
+    def bodies_for(self, sc: Scenario, history_bytes: int = 0, seed: int = 7) -> tuple[bytes, bytes]:
         """(Responses body for the gateway, the chat body the gateway sends upstream for it).
-        The chat body is the one captured by `prepare` with the model name swapped."""
-        key = f"{sc.model}/{history_bytes}"
+        The chat body is the one captured by `capture` with the model name swapped."""
+        key = f"{sc.model}/{history_bytes}/{seed}"
         if key not in self.bodies:
-            req = orjson.dumps(codex_request(sc, history_bytes=history_bytes))
-            model, chat = self.captured[history_bytes]
+            req = orjson.dumps(codex_request(sc, history_bytes=history_bytes, seed=seed))
+            model, chat = self.captured[history_bytes, seed]
             old, new = b'"model":' + orjson.dumps(model), b'"model":' + orjson.dumps(sc.model)
             if chat.count(old) != 1:
                 raise RuntimeError(f"cannot find the model name once in the captured chat body ({model})")
@@ -190,25 +192,30 @@ class Bench:
         request (the direct client sends exactly that), then check one stream each way."""
         out = {}
         for label, sc, hist in (("typical", TYPICAL, 0), ("1MB", BIG, 1_000_000)):
-            gw_body = orjson.dumps(codex_request(sc, history_bytes=hist))
-            r1 = await stream_once(session, self.gw_url, gw_body, GATEWAY)
-            seen_gw = get_json(self.up_base + "/bench/last")
-            self.captured[hist] = (sc.model, get_bytes(self.up_base + "/bench/last-body"))
-            gw_body, chat = self.bodies_for(sc, hist)
-            r2 = await stream_once(session, self.up_url, chat, DIRECT)
-            seen_direct = get_json(self.up_base + "/bench/last")
-            if not (r1.ok and r2.ok):
-                raise RuntimeError(f"warm-up request failed: gateway {r1.error!r}, direct {r2.error!r}")
-            out[label] = {
-                "same": seen_gw == seen_direct,
-                "responses_bytes": len(gw_body),
-                "chat_bytes": len(chat),
-                "gw_events": r1.events,
-                "expected_gw_events": sc.gateway_events(),
-                "direct_events": r2.events,
-                "expected_direct_events": sc.upstream_events(),
-            }
+            out[label] = await self.capture(session, sc, hist)
         self.r["equivalence"] = out
+
+    async def capture(self, session: Any, sc: Scenario, hist: int, seed: int = 7) -> dict[str, Any]:
+        """Capture the chat body the gateway sends upstream for this request, then check one
+        stream each way."""
+        gw_body = orjson.dumps(codex_request(sc, history_bytes=hist, seed=seed))
+        r1 = await stream_once(session, self.gw_url, gw_body, GATEWAY)
+        seen_gw = get_json(self.up_base + "/bench/last")
+        self.captured[hist, seed] = (sc.model, get_bytes(self.up_base + "/bench/last-body"))
+        gw_body, chat = self.bodies_for(sc, hist, seed)
+        r2 = await stream_once(session, self.up_url, chat, DIRECT)
+        seen_direct = get_json(self.up_base + "/bench/last")
+        if not (r1.ok and r2.ok):
+            raise RuntimeError(f"warm-up request failed: gateway {r1.error!r}, direct {r2.error!r}")
+        return {
+            "same": seen_gw == seen_direct,
+            "responses_bytes": len(gw_body),
+            "chat_bytes": len(chat),
+            "gw_events": r1.events,
+            "expected_gw_events": sc.gateway_events(),
+            "direct_events": r2.events,
+            "expected_direct_events": sc.upstream_events(),
+        }
 
     async def latency(self, session: Any, key: str, sc: Scenario, history: int, n: int, warmup: int) -> None:
         gw_body, chat = self.bodies_for(sc, history)
@@ -250,8 +257,9 @@ class Bench:
         concurrency: int = 64,
         gw_proc: Proc | None = None,
         gw_url: str | None = None,
+        history: tuple[int, int] = (0, 7),
     ) -> None:
-        gw_body, chat = self.bodies_for(sc)
+        gw_body, chat = self.bodies_for(sc, *history)
         url, body = (gw_url or self.gw_url, gw_body) if kind == GATEWAY else (self.up_url, chat)
         gw_proc = gw_proc or self.gw_proc
         # warm the pools (connections on both hops) outside the measurement
@@ -895,6 +903,10 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
             ).rstrip()
         )
     print(line)
+    relay = compare.report(r)
+    if relay:
+        print("\n".join(relay))
+        print(line)
 
 
 async def run_all(b: Bench, args: argparse.Namespace) -> None:
@@ -935,10 +947,38 @@ async def run_all(b: Bench, args: argparse.Namespace) -> None:
             (bodies_dir / f"{name}.chat.json").write_bytes(chat)
         b.r[key] = await asyncio.to_thread(libs_subprocess, what, bodies_dir, plan.quick, with_msgspec)
 
+    async def relay_sections() -> None:
+        """Section 6: the bare relay, this tree and --base-src side by side."""
+        try:
+            cmp = compare.Compare(b, args.base_src)
+        except Exception as exc:
+            errors["relay"] = f"{type(exc).__name__}: {exc}"
+            return
+        try:
+            await section("relay_prepare", cmp.prepare(session), 120)
+            if "relay_prepare" in errors:
+                return
+            n1, nbig = (40, 12) if plan.quick else (150, 40)
+            await section(
+                "relay_first_token",
+                cmp.latency(session, "first_token", compare.FIRST_TOKEN, compare.CODEX_50KB, n1),
+                240,
+            )
+            await section("relay_big", cmp.latency(session, "big", compare.BIG, compare.ONE_MB, nbig), 240)
+            rounds, secs, paced = (1, 4.0, 3.0) if plan.quick else (2, 10.0, 6.0)
+            await section("relay_cpu", cmp.cpu(session, rounds, secs, paced), 400)
+            await section("relay_memory", cmp.memory(session, 500, 60 if plan.quick else 100), 400)
+        finally:
+            cmp.unpin()
+            cmp.stop()
+
     try:
         await section("equivalence", b.prepare(session), 60)
         if "equivalence" in errors:
             return  # nothing else can run without the captured bodies
+        if args.relay_only:
+            await relay_sections()
+            return
         b.pin(not args.no_pin)
         b.r["pinned"] = b.pinned
         await section("c1s", b.latency(session, "c1s", STREAMED, 0, plan.c1_streamed, 5), 180)
@@ -963,6 +1003,8 @@ async def run_all(b: Bench, args: argparse.Namespace) -> None:
             120,
         )
         await section("memory", b.memory(session), 180)
+        if not args.no_relay:
+            await relay_sections()
         await section("http_clients", http_clients(), 120)
         if not args.no_servers:
             await section("servers", b.servers(session), 300)
@@ -998,6 +1040,16 @@ def main() -> int:
         help="benchmark the codexgate package in DIR (a src/ folder) instead of the repo's",
     )
     parser.add_argument(
+        "--base-src",
+        type=Path,
+        metavar="DIR",
+        help="in section 6, also measure the codexgate package in DIR (e.g. an older commit's src/)",
+    )
+    parser.add_argument(
+        "--relay-only", action="store_true", help="run only section 6 (against the bare relay)"
+    )
+    parser.add_argument("--no-relay", action="store_true", help="skip section 6 (against the bare relay)")
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=0.0,
@@ -1006,12 +1058,20 @@ def main() -> int:
     )
     args = parser.parse_args()
     plan = Plan.make(args.quick)
+    if args.base_src:
+        args.base_src = args.base_src.resolve()
+        if not (args.base_src / "codexgate" / "__init__.py").exists():
+            parser.error(f"{args.base_src} has no codexgate package")
     if args.src:
         src = args.src.resolve()
         if not (src / "codexgate" / "__init__.py").exists():
             parser.error(f"{src} has no codexgate package")
         procs_module.SRC_OVERRIDE = str(src)
         sys.path.insert(0, str(src))
+    for sc in (TYPICAL, STREAMED, PACED, BIG, compare.FIRST_TOKEN, Scenario("text", plan.mem_chunks, 4, 50)):
+        unit = loop_in(sc.text(), sc.chars)
+        if unit is not None:
+            parser.error(f"the answer of {sc.model} is a loop the gateway would stop: {unit[:60]!r}")
     t0 = time.monotonic()
     deadline = time.monotonic() + args.wait_quiet
     while True:
@@ -1048,6 +1108,17 @@ def main() -> int:
     failures = sum(
         bench.r.get(k, {}).get("failed", 0) for k in ("c64_gw", "c64_direct", "c64_paced", "memory")
     )
+    failures += sum(bench.r.get(k, {}).get("failed_gw", 0) for k in ("c1s", "c1", "big"))
+    failures += compare.failures(bench.r)
+    if client_module.LOOP_STOPS:
+        # The bench's answers are aperiodic (workload.answer_text): a loop stop here means the
+        # workload or the guard broke, and every figure above measured a failure.
+        print(
+            f"\n*** FAILED: {client_module.LOOP_STOPS} stream(s) ended in response.failed "
+            "(model_output_loop): the loop guard stopped a bench answer. The figures are not valid. ***",
+            file=sys.stderr,
+        )
+        return 1
     return 1 if errors or failures else 0
 
 

@@ -76,18 +76,45 @@ TOOL_ARGS = orjson.dumps(
     }
 ).decode()
 
-_ANSWER_SEED = (
-    "I'll look at the parser first. The failing case is `parse('a \"b\" c')`: the tokenizer "
-    "treats the escaped quote as a terminator.\n\n```python\ndef tokenize(src: str) -> list[str]:\n"
-    "    out, buf, quoted = [], [], False\n    for ch in src:\n        if ch == '\"':\n"
-    "            quoted = not quoted\n        elif ch == ' ' and not quoted:\n"
-    "            out.append(''.join(buf)); buf.clear()\n        else:\n            buf.append(ch)\n"
-    "    return out\n```\n\nNext I will run the test suite to confirm the fix — café ✓.\n"
-)
+# The answer's words. Drawn at random (seeded, so every run streams the same text) rather than
+# cycled: a fixed cycle of words is a loop, and codexgate's loop guard (translate/loops.py)
+# rightly stops it with response.failed (model_output_loop), so the figures would measure a
+# failure. Some code, punctuation and non-ASCII keep the JSON escaping honest.
+_ANSWER_WORDS = (
+    "I'll look at the parser first . The failing case is `parse('a \\\"b\\\" c')` : tokenizer treats "
+    "escaped quote as a terminator , so the fix belongs in `tokenize` where `quoted` flips . "
+    "Next run test suite to confirm — café ✓ \n\n```python\ndef tokenize(src: str) -> list[str]:\n "
+    "out buf ch if elif else return append clear join for in not and or None True False "
+    "self.state = {} ; [] () -> => 42 0x1f 3.14 naïve résumé 東京 ok fails passes still"
+).split(" ")
+_ANSWERS: dict[int, str] = {}
 
 
 def answer_text(n: int) -> str:
-    return (_ANSWER_SEED * (n // len(_ANSWER_SEED) + 1))[:n]
+    """`n` characters of aperiodic text, the same for the same `n`."""
+    if n not in _ANSWERS:
+        rng = random.Random(n)
+        words: list[str] = []
+        size = 0
+        while size < n:
+            word = rng.choice(_ANSWER_WORDS)
+            words.append(word)
+            size += len(word) + 1
+        _ANSWERS[n] = " ".join(words)[:n]
+    return _ANSWERS[n]
+
+
+def loop_in(text: str, chunk_chars: int) -> str | None:
+    """The unit codexgate's loop guard would stop `text` on, streamed in `chunk_chars` pieces;
+    None when it streams through (the bench checks every answer with this before it starts)."""
+    from codexgate.translate.loops import RepetitionGuard
+
+    guard = RepetitionGuard()
+    for i in range(0, len(text), chunk_chars):
+        found = guard.feed(text[i : i + chunk_chars])
+        if found is not None:
+            return found.unit
+    return None
 
 
 def reply_for(body: JSON) -> Any:
