@@ -102,10 +102,26 @@ class ToolMap:
         return flat_name(namespace, name)
 
 
+def _has_non_schema_keys(schema: dict[str, Any]) -> bool:
+    """Whether a NON_SCHEMA_KEYS key sits anywhere in `schema` (a walk that allocates little:
+    most tools have none, and then the schema is passed on as it is)."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not NON_SCHEMA_KEYS.isdisjoint(node):
+                return True
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        else:
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
+    return False
+
+
 def clean_schema(schema: Any) -> Any:
-    """`schema` without the keys of NON_SCHEMA_KEYS, at any depth where a schema can sit.
-    Copies only what changes; iterative, so a deep schema cannot exhaust the stack."""
-    if not isinstance(schema, dict):
+    """`schema` without the keys of NON_SCHEMA_KEYS, at any depth where a schema can sit: the
+    same object when it has none, else a copy; iterative, so a deep schema cannot exhaust the
+    stack."""
+    if not isinstance(schema, dict) or not _has_non_schema_keys(schema):
         return schema
     root: dict[str, Any] = {}
     stack: list[tuple[Any, Any]] = [(schema, root)]
