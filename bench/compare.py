@@ -20,6 +20,10 @@ The four figures of the issue "Codex as it ships, on one canonical core", each w
   apart), p50 minus the direct path's p50. Goal: at most 1.5 ms.
 * The same for the 1 MB history request. Goal: at most 5 ms.
 
+In the two latency figures every request to a relay is the conversation one turn further than
+the last (workload.growing): Codex re-sends its whole, append-only history every turn, and a
+relay that remembers the part it has seen must still read what is new.
+
 Latency requests to the paths (direct, bare, head, base) are interleaved, the order rotating
 every round, so drift on the machine hits all of them alike.
 """
@@ -46,7 +50,7 @@ from procs import (
     set_affinity,
     wait_http,
 )
-from workload import Scenario
+from workload import Scenario, growing
 
 if TYPE_CHECKING:
     from run import Bench
@@ -187,14 +191,18 @@ class Compare:
         b = self.b
         self._pin(None)
         gw_body, chat = b.bodies_for(sc, *hist)
-        paths: list[tuple[str, str, bytes, str]] = [("direct", b.up_url, chat, DIRECT)]
-        paths += [(t.name, t.url, gw_body, GATEWAY) for t in self.targets]
-        got: dict[str, list[StreamResult]] = {name: [] for name, *_ in paths}
         warmup = 3
+        # Each round, the relays get the conversation one turn further (workload.growing), as
+        # Codex sends it; the direct path sends the first turn's chat body every time (the
+        # turns add ~150 bytes each, next to the request's 50 KB or 1 MB).
+        turns = growing(gw_body, warmup + n)
+        paths: list[tuple[str, str, bytes | None, str]] = [("direct", b.up_url, chat, DIRECT)]
+        paths += [(t.name, t.url, None, GATEWAY) for t in self.targets]
+        got: dict[str, list[StreamResult]] = {name: [] for name, *_ in paths}
         for i in range(warmup + n):
             k = i % len(paths)
             for name, url, body, kind in paths[k:] + paths[:k]:
-                res = await stream_once(session, url, body, kind)
+                res = await stream_once(session, url, body if body is not None else turns[i], kind)
                 if i >= warmup:
                     got[name].append(res)
         out: dict[str, Any] = {"n": n}

@@ -367,6 +367,23 @@ def codex_request(scenario: Scenario, *, history_bytes: int = 0, seed: int = 7) 
     return body
 
 
+def growing(body: bytes, turns: int) -> list[bytes]:
+    """`body`, then the same conversation one turn further each time, as Codex sends it: the
+    whole history again with an answer and the user's next message appended (~150 bytes a
+    turn). A relay that remembers the history it has seen (codexgate's checkpoints, keyed by
+    `prompt_cache_key`) then meets what it does in real use: a known prefix and a new tail."""
+    data = orjson.loads(body)
+    out = [body]
+    for turn in range(1, turns):
+        answer = _msg("assistant", f"Step {turn} is done; the tests pass.", "output_text")
+        data["input"] = data["input"] + [
+            {**answer, "id": f"msg_t{turn}"},
+            _msg("user", f"Good. Now do step {turn + 1} of the plan."),
+        ]
+        out.append(orjson.dumps(data))
+    return out
+
+
 def _add_history(body: JSON, rng: random.Random, target: int) -> None:
     from codexgate.translate.reasoning import encode_reasoning
 

@@ -15,6 +15,7 @@ from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
+from codexgate.memo import Memo
 from codexgate.redact import (
     Redactor,
     basic_credentials,
@@ -25,6 +26,7 @@ from codexgate.redact import (
 from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
+from codexgate.server.faces.responses import RequestReader
 from codexgate.server.guard import AccessPolicy, Guard
 
 log = logging.getLogger("codexgate")
@@ -79,14 +81,24 @@ def chat_backend(
     transport: Transport,
     once: OnceLog,
 ) -> ChatBackend:
-    return ChatBackend(upstream_target(upstream, settings, environ), transport, once)
+    target = upstream_target(upstream, settings, environ)
+    return ChatBackend(target, transport, once, history=history_memo(settings))
+
+
+def history_memo(settings: Settings) -> Memo[Any] | None:
+    """What the gateway remembers of each conversation between turns (memo.py), within
+    `history_cache_mb`; None when that is 0."""
+    budget = settings.history_cache_mb * 1024 * 1024
+    return Memo(budget) if budget > 0 else None
 
 
 def model_backend(upstream: Backend, model: ModelConfig) -> ChatBackend:
     """The upstream's backend with the model's own settings layered on its dialect."""
     assert isinstance(upstream, ChatBackend), "routes of a chat upstream"
     target = replace(upstream.target, dialect=model.dialect_for(upstream.target.dialect))
-    return ChatBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.windows)
+    return ChatBackend(
+        target, upstream.transport, upstream.once, upstream.counts, upstream.windows, upstream.history
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,4 +230,5 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
+        reader=RequestReader(history_memo(settings)),
     )

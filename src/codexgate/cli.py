@@ -67,6 +67,10 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     _setting_flag(parser, "max_body_bytes", "largest request body accepted", type=int, metavar="BYTES")
     _setting_flag(
+        parser, "history_cache_mb", "memory for each conversation's last request, reused next turn (0: off)",
+        type=int, metavar="MIB",
+    )  # fmt: skip
+    _setting_flag(
         parser,
         "max_output_bytes",
         "model output per response before it ends incomplete (max_output_tokens)",

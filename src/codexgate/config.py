@@ -206,6 +206,10 @@ class Settings(_Strict):
     # with upstream_timeout.
     max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     max_request_seconds: float = Field(default=3600.0, gt=0)
+    # What is remembered of each conversation between turns, so that the history Codex
+    # re-sends every turn is validated and translated once (memo.py): at most this many MiB
+    # of request bodies for the Responses face and as many per upstream; 0 turns it off.
+    history_cache_mb: int = Field(default=64, ge=0)
     discover: bool = True  # look for a local model server when no upstream is configured
     log_level: LogLevel = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)

@@ -33,9 +33,10 @@ from codexgate.errors import (
     UpstreamStreamCut,
     UpstreamTimeout,
 )
+from codexgate.memo import Memo
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
-from codexgate.translate.request import to_chat_request
+from codexgate.translate.request import Checkpoint, to_chat_request
 from codexgate.translate.stages import build_pipeline
 from codexgate.translate.stream import ChatStreamTranslator, Event
 from codexgate.translate.upstream_errors import classify
@@ -177,14 +178,19 @@ class ChatCall:
         self._backend = backend
         self._target = backend.target
         dialect = self._target.dialect
-        chat = to_chat_request(req, dialect, upstream_model)
+        history = backend.history
+        key = (backend, req.history_key)
+        earlier = history.get(key) if history is not None and req.history_key else None
+        chat = to_chat_request(req, dialect, upstream_model, earlier)
         self._upstream_model = upstream_model
         # Client-chosen strings: clipped, and a few per request at most.
         for kind in dict.fromkeys(chat.tool_map.skipped_kinds[:_LOGGED_KINDS]):
             backend.once.warning(f"tool kind {clip(kind)} cannot run on a chat upstream; left out")
         for kind in dict.fromkeys(chat.dropped_items[:_LOGGED_KINDS]):
             backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
-        self._body = orjson.dumps(chat.body)
+        self._body = chat.encode()
+        if history is not None and req.history_key and chat.checkpoint is not None:
+            history.put(key, chat.checkpoint, req.body_size or len(self._body))
         created = int(time.time())
         self.envelope = Envelope.for_request(
             req, new_id("resp"), created, sent=chat.body, unavailable_tools=chat.tool_map.unavailable
@@ -477,7 +483,10 @@ class ChatBackend:  # a backends.base.Backend
         once: OnceLog | None = None,
         counts: Counter[str] | None = None,
         windows: ContextWindows | None = None,
+        history: Memo[Checkpoint] | None = None,
     ) -> None:
+        """`history`: where each conversation's last translated input is remembered between
+        turns (translate/request.py Checkpoint); routes may share one, the keys are apart."""
         self.target = target
         self.transport = transport
         self.once = once or OnceLog()
@@ -488,6 +497,7 @@ class ChatBackend:  # a backends.base.Backend
                 transport, target.base_url, target.headers, probe_timeout, target.name, target.models
             )
         self.windows = windows
+        self.history = history
         self._listing: ModelList | None = None
         self._listing_until = 0.0
 

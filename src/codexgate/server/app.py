@@ -31,7 +31,7 @@ from codexgate.routing import Router
 from codexgate.server.access import Exchange
 from codexgate.server.delivery import ClientGone, deliver_json, deliver_sse, until_disconnect
 from codexgate.server.faces import responses as responses_face
-from codexgate.server.guard import SHOW_DETAILS, Guard
+from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
 
 log = logging.getLogger("codexgate.server")
@@ -55,8 +55,10 @@ class GatewayApp:
         guard: Guard | None = None,
         redactor: Redactor | None = None,
         body_timeout: float | None = None,
+        reader: responses_face.RequestReader | None = None,
     ) -> None:
         self.router = router
+        self.reader = reader or responses_face.RequestReader()
         self.max_body_bytes = max_body_bytes
         self.guard = guard
         self.redactor = redactor or Redactor()
@@ -184,7 +186,8 @@ class GatewayApp:
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"))
         try:
-            req = responses_face.read_request(await self._read_body(scope, receive))
+            body = await self._read_body(scope, receive)
+            req = self.reader.read(body, scope.get(API_KEY_NAME))
             exchange.model = req.model
             if not self.router.backends and self._on_no_upstream is not None:
                 await self._on_no_upstream()

@@ -42,6 +42,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Set on the scope by the guard: False when the request may see liveness only (no key given).
 SHOW_DETAILS = "codexgate.show_details"
+API_KEY_NAME = "codexgate.api_key_name"  # scope key: the name of the inbound key the request used
 
 _RELOAD_CHECK_SECONDS = 1.0
 _HEALTH_PATHS = frozenset(("/health", "/healthz", "/v1/health", "/v1/healthz"))
@@ -260,7 +261,7 @@ class Guard:
                 status=401,
                 headers=((b"www-authenticate", b'Bearer realm="codexgate", error="invalid_token"'),),
             )
-        scope["codexgate.api_key_name"] = name
+        scope[API_KEY_NAME] = name
 
     def _host_allowed(self, raw: bytes, scope: Scope) -> bool:
         if self._any_host:

@@ -70,6 +70,11 @@ class ResponsesRequest:
     service_tier: str | None = None
     user: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Set by the face, not read from the body: the key under which this conversation's last
+    # request is remembered between turns (the client's prompt_cache_key, scoped to the
+    # caller), and the size of the body it came from (what remembering it weighs).
+    history_key: str | None = None
+    body_size: int = 0
 
 
 _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -188,8 +193,13 @@ def decode_json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
-def parse_request(data: dict[str, Any]) -> ResponsesRequest:
-    """Validate a decoded /v1/responses body. Raises InvalidRequest naming the parameter."""
+def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None) -> ResponsesRequest:
+    """Validate a decoded /v1/responses body. Raises InvalidRequest naming the parameter.
+
+    `earlier`: a request of the same conversation that was validated before. Codex re-sends
+    the whole history every turn, so the leading input items equal to the earlier request's,
+    and its tools when they are the same, are not checked again: comparing them is C code and
+    some 10x cheaper than walking them (1 MB of history: ~80 us instead of ~1 ms)."""
     model = data.get("model")
     if model is None:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
@@ -198,20 +208,34 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
         raise InvalidRequest("'model' must not be empty.", param="model")
     if _CONTROL.search(model):
         raise InvalidRequest("'model' must not contain control characters.", param="model")
-    check_depth(data)
+    raw_input = data.get("input")
+    raw_tools = data.get("tools")
+    known_items = 0
+    known_tools = False
+    if earlier is not None and isinstance(raw_input, list):
+        known_items = _common_prefix(raw_input, earlier.input)
+        known_tools = isinstance(raw_tools, list) and raw_tools == earlier.tools
+    if known_items or known_tools:
+        unchecked = dict(data)
+        if known_items and isinstance(raw_input, list):
+            unchecked["input"] = raw_input[known_items:]
+        if known_tools:
+            unchecked["tools"] = None
+        check_depth(unchecked)
+    else:
+        check_depth(data)
     for name, why in _REFUSED_FIELDS.items():
         if data.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: {why}.", param=name)
 
-    raw_input = data.get("input")
     if raw_input is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
     if isinstance(raw_input, str):
         items: list[Item] = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list):
         items = raw_input
-        for index, item in enumerate(items):
-            _validate_item(item, f"input[{index}]")
+        for index in range(known_items, len(items)):
+            _validate_item(items[index], f"input[{index}]")
     else:
         raise InvalidRequest("Invalid type for 'input': expected a string or an array.", param="input")
 
@@ -223,9 +247,10 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
             continue
         _check_type(value, expected, name)
 
-    tools = data.get("tools") or []
-    for index, tool in enumerate(tools):
-        _validate_tool(tool, f"tools[{index}]")
+    tools = raw_tools or []
+    if not known_tools:
+        for index, tool in enumerate(tools):
+            _validate_tool(tool, f"tools[{index}]")
     tool_choice = data.get("tool_choice", "auto")
     if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
         raise InvalidRequest("Invalid type for 'tool_choice'.", param="tool_choice")
@@ -264,6 +289,18 @@ def parse_request(data: dict[str, Any]) -> ResponsesRequest:
         user=data.get("user"),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
+
+
+def _common_prefix(items: list[Any], earlier: list[Item]) -> int:
+    """How many leading items equal the earlier request's (usually all of them: one
+    comparison of the lists; otherwise item by item to the first difference)."""
+    n = min(len(items), len(earlier))
+    if items[:n] == earlier[:n]:
+        return n
+    for index in range(n):
+        if items[index] != earlier[index]:
+            return index
+    return n
 
 
 def _validate_item(item: Any, param: str) -> None:

@@ -1,0 +1,53 @@
+"""A bounded memory of recent values, for what the gateway remembers between a conversation's
+turns (see wire/responses.py and translate/history.py).
+
+Codex re-sends the whole conversation every turn, so the gateway keeps the last request of
+each conversation to skip re-checking and re-translating the part it has seen. Clients choose
+the keys and the sizes, so the memory is bounded twice: by entries and by weight (the bytes of
+the request each entry came from), dropping the least recently used first. No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class Memo(Generic[V]):
+    """Least-recently-used values under two bounds. A value heavier than the whole budget is
+    not kept (and evicts nothing)."""
+
+    def __init__(self, max_weight: int, max_entries: int = 256) -> None:
+        self.max_weight = max_weight
+        self.max_entries = max_entries
+        self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._weight = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def weight(self) -> int:
+        return self._weight
+
+    def get(self, key: Hashable) -> V | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        self._entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: Hashable, value: V, weight: int) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+        if weight > self.max_weight or self.max_entries <= 0:
+            return
+        self._entries[key] = (value, weight)
+        self._weight += weight
+        while self._weight > self.max_weight or len(self._entries) > self.max_entries:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._weight -= dropped

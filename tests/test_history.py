@@ -1,0 +1,250 @@
+"""What the gateway remembers of a conversation between turns (memo.py, the Responses face's
+RequestReader, translate/messages.py History, translate/request.py Checkpoint): never a
+different upstream body, never a skipped check on what changed, and bounded memory."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from codexgate.errors import InvalidRequest
+from codexgate.memo import Memo
+from codexgate.server.faces.responses import RequestReader
+from codexgate.translate.cuts import cut_marker
+from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.reasoning import encode_reasoning
+from codexgate.translate.request import ChatRequest, Checkpoint, to_chat_request
+from codexgate.wire.responses import ResponsesRequest, parse_request
+
+TOOLS = [
+    {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}},
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "format": {"type": "grammar", "syntax": "lark", "definition": "s"},
+    },
+    {"type": "web_search"},  # hosted: left out, with a notice in the first message
+]
+DIALECTS = [
+    ChatDialect(),
+    ChatDialect(developer_role="system"),
+    ChatDialect(developer_role="developer", reasoning_replay="reasoning"),
+    ChatDialect(reasoning_replay="none"),
+]
+
+
+def message(role: str, text: str, item_id: str | None = None) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    item: dict[str, Any] = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+    if item_id:
+        item["id"] = item_id
+    return item
+
+
+class Conversation:
+    """Random, Codex-like histories: every kind of item the chat translation groups or holds
+    back (calls and outputs, reasoning, hosted-call notes, images from tool outputs, late
+    developer messages, failed answers with their cut markers)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.items: list[dict[str, Any]] = [message("developer", "<permissions/>"), message("user", "fix it")]
+        self.open_calls: list[str] = []
+        self.n = 0
+
+    def _id(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}_{self.n}"
+
+    def step(self) -> None:
+        rng, items = self.rng, self.items
+        kind = rng.choice(
+            ["call", "call", "output", "output", "reasoning", "answer", "user", "developer", "hosted", "image",
+             "failed", "custom"]
+        )  # fmt: skip
+        if kind in ("call", "custom"):
+            call_id = self._id("call")
+            self.open_calls.append(call_id)
+            if kind == "call":
+                items.append({"type": "function_call", "id": self._id("fc"), "call_id": call_id,
+                              "name": "exec_command", "arguments": '{"cmd":"ls"}'})  # fmt: skip
+            else:
+                items.append({"type": "custom_tool_call", "id": self._id("ctc"), "call_id": call_id,
+                              "name": "apply_patch", "input": "*** Begin Patch\n"})  # fmt: skip
+        elif kind == "output":
+            call_id = self.open_calls.pop(0) if self.open_calls and rng.random() < 0.8 else self._id("orphan")
+            items.append({"type": "function_call_output", "call_id": call_id, "output": f"out {self.n}"})
+        elif kind == "image":
+            call_id = self.open_calls.pop(0) if self.open_calls else self._id("orphan")
+            output = [{"type": "input_text", "text": "a screenshot"},
+                      {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]  # fmt: skip
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+        elif kind == "reasoning":
+            text = f"thinking {self.n}"
+            items.append({"type": "reasoning", "id": self._id("rs"), "summary": [],
+                          "encrypted_content": encode_reasoning(text)})  # fmt: skip
+        elif kind == "answer":
+            items.append(message("assistant", f"answer {self.n}", self._id("msg")))
+        elif kind == "user":
+            items.append(message("user", f"more {self.n}"))
+        elif kind == "developer":
+            items.append(message("developer", f"late rule {self.n}"))
+        elif kind == "hosted":
+            items.append({"type": "web_search_call", "id": self._id("ws"), "status": "completed",
+                          "action": {"query": f"q{self.n}"}})  # fmt: skip
+        else:  # a failed answer: its items, then the marker naming them
+            said = [message("assistant", "loop loop", self._id("msg")),
+                    {"type": "reasoning", "id": self._id("rs"), "summary": [], "encrypted_content": "x"}]  # fmt: skip
+            items.extend(said)
+            items.append(cut_marker(self._id("rs"), [i["id"] for i in said]))
+
+    def request(self) -> dict[str, Any]:
+        return {"model": "m", "instructions": "be brief", "input": list(self.items), "tools": TOOLS,
+                "prompt_cache_key": "thread-1"}  # fmt: skip
+
+
+def translate(body: dict[str, Any], dialect: ChatDialect, earlier: Checkpoint | None = None) -> ChatRequest:
+    return to_chat_request(parse_request(orjson.loads(orjson.dumps(body))), dialect, "up", earlier)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_resuming_from_any_earlier_turn_gives_the_same_upstream_body(seed: int) -> None:
+    dialect = DIALECTS[seed % len(DIALECTS)]
+    conversation = Conversation(seed)
+    requests = []
+    for _ in range(25):
+        conversation.step()
+        requests.append(conversation.request())
+    # A chain, as a conversation runs: each turn resumes from the one before.
+    checkpoint: Checkpoint | None = None
+    for body in requests:
+        fresh = translate(body, dialect)
+        resumed = translate(body, dialect, checkpoint)
+        expected = fresh.encode()
+        assert resumed.encode() == expected
+        assert resumed.body == fresh.body
+        checkpoint = resumed.checkpoint
+    # And from any earlier turn, including one that does not prefix this one any more.
+    rng = random.Random(seed)
+    for _ in range(10):
+        i, j = sorted(rng.sample(range(len(requests)), 2))
+        earlier = translate(requests[j if rng.random() < 0.2 else i], dialect)
+        earlier.encode()
+        assert (
+            translate(requests[j], dialect, earlier.checkpoint).encode()
+            == translate(requests[j], dialect).encode()
+        )
+
+
+def test_a_resumed_turn_reads_only_the_new_items_and_reuses_the_encoded_history() -> None:
+    conversation = Conversation(3)
+    for _ in range(30):
+        conversation.step()
+    first = translate(conversation.request(), ChatDialect())
+    first.encode()
+    assert first.checkpoint is not None
+    known = dict(first.checkpoint.history.encoded)
+    assert len(known) > 10
+    conversation.items.append(message("user", "and the docs"))
+    second = translate(conversation.request(), ChatDialect(), first.checkpoint)
+    assert second.checkpoint is not None
+    assert second.checkpoint.history.builder is not first.checkpoint.history.builder
+    # The earlier messages are the same objects, so their JSON was not made again.
+    shared = [m for m in second.body["messages"] if id(m) in known]
+    assert len(shared) == len(known)
+    assert second.checkpoint.tool_map is first.checkpoint.tool_map
+    assert first.checkpoint.history.encoded == known  # the earlier checkpoint is untouched
+
+
+def test_the_unavailable_tools_notice_is_added_once_however_often_a_checkpoint_is_used() -> None:
+    body = {"model": "m", "input": [message("system", "rules"), message("user", "hi")], "tools": TOOLS}
+    dialect = ChatDialect(developer_role="system")
+    first = translate(body, dialect)
+    for _ in range(3):
+        again = translate(body, dialect, first.checkpoint)
+        assert again.body["messages"][0]["content"].count("web_search") == 1
+        assert again.encode() == first.encode()
+
+
+def test_a_cut_marker_naming_an_item_of_the_remembered_turn_makes_a_full_pass() -> None:
+    items = [message("user", "hi"), message("assistant", "loop loop loop", "msg_1")]
+    first = translate({"model": "m", "input": items}, ChatDialect())
+    later = items + [cut_marker("rs_9", ["msg_1"]), message("user", "again")]
+    resumed = translate({"model": "m", "input": later}, ChatDialect(), first.checkpoint)
+    assert [m["content"] for m in resumed.body["messages"]] == ["hi", "again"]
+
+
+def test_changed_instructions_or_tools_are_translated_again() -> None:
+    body = {"model": "m", "instructions": "a", "input": [message("user", "hi")], "tools": TOOLS[:1]}
+    first = translate(body, ChatDialect())
+    other = translate({**body, "instructions": "b", "tools": TOOLS[1:2]}, ChatDialect(), first.checkpoint)
+    assert other.body["messages"][0] == {"role": "system", "content": "b"}
+    assert [t["function"]["name"] for t in other.body["tools"]] == ["apply_patch"]
+
+
+# -- the face: validation of what a conversation re-sends
+
+
+def read(reader: RequestReader, body: dict[str, Any], caller: str | None = None) -> ResponsesRequest:
+    return reader.read(orjson.dumps(body), caller)
+
+
+def test_a_changed_item_in_a_re_sent_history_is_still_validated() -> None:
+    reader = RequestReader(Memo(1 << 20))
+    body = {"model": "m", "input": [message("user", "hi"), message("user", "more")], "prompt_cache_key": "k"}
+    read(reader, body)
+    broken = {**body, "input": [message("user", "hi"), {"type": "message", "role": "robot", "content": "x"}]}
+    with pytest.raises(InvalidRequest) as info:
+        read(reader, broken)
+    assert info.value.param == "input[1].role"
+    deep: Any = "x"
+    for _ in range(70):
+        deep = [deep]
+    nested = {**body, "input": [*body["input"], {"type": "note", "text": "t", "extra": deep}]}
+    with pytest.raises(InvalidRequest, match="nests deeper"):
+        read(reader, nested)
+    bad_tool = {**body, "tools": [{"type": "function", "name": 5}]}
+    with pytest.raises(InvalidRequest):
+        read(reader, bad_tool)
+
+
+def test_requests_are_remembered_per_caller_and_key_and_only_with_a_key() -> None:
+    memo: Memo[ResponsesRequest] = Memo(1 << 20)
+    reader = RequestReader(memo)
+    body = {"model": "m", "input": [message("user", "hi")], "prompt_cache_key": "k"}
+    alice, bob = read(reader, body, "alice"), read(reader, body, "bob")
+    assert alice.history_key != bob.history_key
+    assert len(memo) == 2
+    anonymous = read(reader, {"model": "m", "input": "hi"})
+    assert anonymous.history_key is None and len(memo) == 2
+    assert alice.body_size == len(orjson.dumps(body))
+
+
+def test_the_memo_is_bounded_by_entries_and_weight_least_recently_used_first() -> None:
+    memo: Memo[str] = Memo(max_weight=100, max_entries=3)
+    for key in "abc":
+        memo.put(key, key, 10)
+    assert memo.get("a") == "a"  # now the most recent
+    memo.put("d", "d", 10)
+    assert memo.get("b") is None and len(memo) == 3
+    memo.put("e", "e", 85)  # over the weight: the oldest go until it fits
+    assert memo.get("e") == "e" and memo.get("c") is None and memo.get("a") is None
+    assert memo.weight == 95
+    memo.put("huge", "x", 101)  # heavier than the whole budget: not kept, nothing evicted
+    assert memo.get("huge") is None and memo.get("e") == "e"
+    memo.put("e", "e2", 5)  # replacing re-weighs
+    assert memo.get("e") == "e2" and memo.get("d") == "d" and memo.weight == 15
+
+
+def test_cut_markers_of_the_remembered_turn_still_apply_to_new_items() -> None:
+    # A client that sends a cut answer again, with its id, after the marker: a full pass
+    # leaves it out, so resuming must too.
+    items = [message("user", "hi"), message("assistant", "loop", "msg_1"), cut_marker("rs_2", ["msg_1"])]
+    first = translate({"model": "m", "input": items}, ChatDialect())
+    later = [*items, message("assistant", "loop", "msg_1"), message("user", "again")]
+    resumed = translate({"model": "m", "input": later}, ChatDialect(), first.checkpoint)
+    assert resumed.encode() == translate({"model": "m", "input": later}, ChatDialect()).encode()
+    assert [m["content"] for m in resumed.body["messages"]] == ["hi", "again"]
