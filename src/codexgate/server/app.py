@@ -186,8 +186,8 @@ class GatewayApp:
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"))
         try:
-            body = await self._read_body(scope, receive)
-            req = self.reader.read(body, scope.get(API_KEY_NAME))
+            # The body is not kept in a variable: this frame lives as long as the stream.
+            req = self.reader.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model = req.model
             if not self.router.backends and self._on_no_upstream is not None:
                 await self._on_no_upstream()
