@@ -243,12 +243,15 @@ class ChatCall:
         self._first_byte_deadline = self._started + target.idle_timeout
         self._deadline = self._started + target.max_request_seconds
         window = target.dialect.context_window
-        if window is None and self._backend.windows is not None:
-            try:  # at most half the budget: a server deaf to probes may still answer chat
-                async with asyncio.timeout(target.idle_timeout / 2):
-                    window = await self._backend.windows.get(self._upstream_model)
-            except TimeoutError:
-                window = None
+        windows = self._backend.windows
+        if window is None and windows is not None:
+            known, window = windows.remembered(self._upstream_model)
+            if not known:
+                try:  # at most half the budget: a server deaf to probes may still answer chat
+                    async with asyncio.timeout(target.idle_timeout / 2):
+                        window = await windows.get(self._upstream_model)
+                except TimeoutError:
+                    window = None
         self._check_fits(window)
         url = target.base_url.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}

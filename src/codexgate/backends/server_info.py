@@ -254,12 +254,20 @@ class ContextWindows:
     def known(self) -> dict[str, int]:
         return {model: tokens for model, (tokens, _) in sorted(self._cache.items()) if tokens}
 
-    async def get(self, model: str) -> int | None:
-        """The model's window, or None when unknown (or the model is not one to probe)."""
+    def remembered(self, model: str) -> tuple[bool, int | None]:
+        """(True, the window) when it is known and fresh, without waiting: most requests."""
         cached = self._cache.get(model)
         if cached is not None and time.monotonic() < cached[1]:
             self._cache.move_to_end(model)
-            return cached[0]
+            return True, cached[0]
+        return False, None
+
+    async def get(self, model: str) -> int | None:
+        """The model's window, or None when unknown (or the model is not one to probe)."""
+        fresh, tokens = self.remembered(model)
+        if fresh:
+            return tokens
+        cached = self._cache.get(model)
         if not probeable_model_name(model):
             return None
         if cached is None and model not in self._configured and not await self._upstream_lists(model):
