@@ -108,8 +108,9 @@ class _Builder:
         self.dropped: list[str] = []
 
     def copy(self) -> _Builder:
-        """An independent builder in the same state. Messages before the open assistant
-        message are never changed again, so they are shared; the open one is copied."""
+        """An independent builder in the same state. A message is never changed once pushed,
+        except the open assistant message (calls, notes and reasoning join it): the others
+        are shared, the open one is copied."""
         other = _Builder(self.dialect)
         other.messages = list(self.messages)
         other.system_parts = list(self.system_parts)
@@ -296,7 +297,6 @@ class Translated:
     messages: list[Message]
     dropped: list[str]  # item types left out
     history: History  # for the next request of the conversation
-    resumed: bool  # from the `earlier` History given
 
 
 def translate_input(
@@ -330,7 +330,7 @@ def translate_input(
         # Every message the earlier History encoded is held by this one too: resuming
         # copied its builder, and a builder never drops a message.
         history.encoded.update(earlier.encoded)
-    return Translated(builder.finish(notice), builder.dropped, history, resumed is not None)
+    return Translated(builder.finish(notice), builder.dropped, history)
 
 
 def _translate_item(builder: _Builder, item: Item, index: int) -> None:
