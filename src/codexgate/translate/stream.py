@@ -236,10 +236,20 @@ class ChatStreamTranslator:
         stages = self._stages
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
-            self._emit(stages.feed(Reasoning(reasoning)))
+            parts = stages.feed_reasoning(reasoning)
+            if parts is None:  # unchanged by every stage (see Pipeline.feed_text)
+                self._output_chars += len(reasoning)
+                self._builder.reasoning(reasoning)
+            else:
+                self._emit(parts)
         content = delta.get("content")
         if isinstance(content, str) and content:
-            self._emit(stages.feed(Text(content)))
+            parts = stages.feed_text(content)
+            if parts is None:  # the common delta: plain text, unchanged by every stage
+                self._output_chars += len(content)
+                self._builder.text(content)
+            else:
+                self._emit(parts)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._emit(stages.feed(Text(refusal, verbatim=True)))

@@ -674,6 +674,11 @@ class TextToolCallParser:
         self._off = mode == "off"
         formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
         self._openers = [(f, o) for f in formats for o in f.openers]
+        # The openers by their first character, in order: a candidate is tried only against
+        # those that can match it (a backtick in prose against one, not all fourteen).
+        self._openers_at: dict[str, list[tuple[TextCallFormat, Opener]]] = {}
+        for fmt, opener in self._openers:
+            self._openers_at.setdefault(opener.text[0], []).append((fmt, opener))
         firsts = "".join(sorted({o.text[0] for _, o in self._openers}))
         self._candidate = re.compile(f"[{re.escape(firsts)}]") if firsts else None
         self._buf = ""
@@ -690,6 +695,26 @@ class TextToolCallParser:
             return [TextPiece(text)] if text else []
         self._buf += text
         return self._drain(final=False)
+
+    def take_plain(self, text: str) -> bool:
+        """Takes `text` and returns True when it is plain text that `feed` would release whole,
+        as one `TextPiece(text)`, updating the same state; returns False, having done nothing,
+        when `feed` must decide (something is held, `text` has a character that may open a
+        call, or it is whitespace that may be dropped). The hot path of every answer delta."""
+        if self._off:
+            return text != ""
+        if self._buf or not text or (self._candidate is not None and self._candidate.search(text)):
+            return False
+        if self._drop_ws and not text.strip():
+            return False
+        # What _drain does when it finds no candidate and releases everything.
+        self._drop_ws = self._message_start = False
+        end = text.rstrip(" \t")
+        if end:
+            self._line_blank = end[-1] == "\n"
+        self._base += len(text)
+        self._ctx = None
+        return True
 
     def finish(self) -> list[Piece]:
         """The content has ended: decides everything still held."""
@@ -758,7 +783,7 @@ class TextToolCallParser:
         """The first format whose opener is at `buf[j]` and claims the text."""
         text = buf[j:]
         skip = 1
-        for fmt, opener in self._openers:
+        for fmt, opener in self._openers_at.get(buf[j], ()):
             if (opener.where == "line_start" and not line_start) or (
                 opener.where == "message_start" and not message_start
             ):

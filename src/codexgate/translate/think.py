@@ -181,6 +181,20 @@ class ThinkSplitter:
         self._run(out, final=False)
         return out
 
+    def passes(self, text: str) -> bool:
+        """Whether `feed(text)` would give back exactly `[("text", text)]` and change no state:
+        the answer has begun, nothing is held back, no marker is being dropped, and `text`
+        cannot begin a late closing tag. Asked first for every answer delta, so the common one
+        skips the state machine; False only means "use `feed`"."""
+        return (
+            self._state == "answer"
+            and not self._finished
+            and not self._buf
+            and text != ""
+            and (self._tags is None or not self._tags.answer_close)
+            and not (self._watch_late and (self._late_tail or any(c in text for c in _TAG_STARTS)))
+        )
+
     def finish(self) -> list[Piece]:
         """Everything still held back. Raises `RuntimeError` if called twice."""
         if self._finished:
