@@ -128,7 +128,7 @@ class ChatStreamTranslator:
         """One decoded chunk. Raises an UpstreamError for an error object in the stream (and
         ModelOutputLoop when the loop guard stops the model); the events the chunk made before
         it are then in `pending_events`."""
-        if self.done:
+        if self._builder.done:
             return []
         if not isinstance(chunk, dict):
             self.count_malformed()
