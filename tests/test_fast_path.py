@@ -240,3 +240,22 @@ def test_a_text_delta_event_has_the_shape_and_key_order_of_every_event() -> None
     expected = reference.take()
     assert orjson.dumps(events[3]) == orjson.dumps(expected[0])
     assert orjson.dumps(events[-1]) == orjson.dumps(expected[1])
+
+
+class Shout:
+    """A text stage without `feed_text`: the pipeline must fall back on its `feed`."""
+
+    accepts = (Text,)
+
+    def feed(self, part: Text) -> list[Part]:
+        return [Text(part.text.upper())] if "!" in part.text else [part]
+
+    def flush(self) -> list[Part]:
+        return []
+
+
+def test_a_stage_without_feed_text_gets_feed() -> None:
+    fast = Pipeline([Shout()])
+    assert fast.feed_text("calm") == [Text("calm")]  # not None: the stage was asked
+    assert fast.feed_text("loud!") == [Text("LOUD!")]
+    assert fast.feed_reasoning("thought") is None  # no stage takes reasoning
