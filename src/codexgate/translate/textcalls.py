@@ -52,6 +52,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeAlias
 
 from codexgate.translate.repair import load_json_lenient, repair_arguments
@@ -648,6 +649,29 @@ FORMATS: tuple[TextCallFormat, ...] = (
 MODES: tuple[str, ...] = ("auto", "off", *(f.name for f in FORMATS))
 
 
+@dataclass(frozen=True, slots=True)
+class _Openers:
+    """A mode's call openers by their first character, in order (a candidate is tried only
+    against those that can match it: a backtick in prose against one, not all fourteen), and
+    the pattern that finds a candidate. Built once per mode, not per response."""
+
+    at: Mapping[str, tuple[tuple[TextCallFormat, Opener], ...]]
+    candidate: re.Pattern[str] | None
+
+    @classmethod
+    def of(cls, mode: str) -> _Openers:
+        formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
+        at: dict[str, tuple[tuple[TextCallFormat, Opener], ...]] = {}
+        for fmt in formats:
+            for opener in fmt.openers:
+                at[opener.text[0]] = (*at.get(opener.text[0], ()), (fmt, opener))
+        firsts = "".join(sorted(at))
+        return cls(MappingProxyType(at), re.compile(f"[{re.escape(firsts)}]") if firsts else None)
+
+
+_OPENERS: Mapping[str, _Openers] = MappingProxyType({mode: _Openers.of(mode) for mode in MODES})
+
+
 # -- the parser
 
 
@@ -672,15 +696,9 @@ class TextToolCallParser:
         self._tools = dict(tools)
         self._counts = counts
         self._off = mode == "off"
-        formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
-        self._openers = [(f, o) for f in formats for o in f.openers]
-        # The openers by their first character, in order: a candidate is tried only against
-        # those that can match it (a backtick in prose against one, not all fourteen).
-        self._openers_at: dict[str, list[tuple[TextCallFormat, Opener]]] = {}
-        for fmt, opener in self._openers:
-            self._openers_at.setdefault(opener.text[0], []).append((fmt, opener))
-        firsts = "".join(sorted({o.text[0] for _, o in self._openers}))
-        self._candidate = re.compile(f"[{re.escape(firsts)}]") if firsts else None
+        openers = _OPENERS[mode]
+        self._openers_at = openers.at
+        self._candidate = openers.candidate
         self._buf = ""
         self._base = 0  # stream offset of _buf[0]
         self._ctx: ScanContext | None = None  # the held candidate's scan state

@@ -141,6 +141,24 @@ def _emit(out: list[Piece], kind: PieceKind, text: str) -> None:
         out.append((kind, text))
 
 
+@dataclass(frozen=True, slots=True)
+class _Markers:
+    """What a splitter derives from its tag families, lowered once per set of families."""
+
+    implicit: tuple[ThinkTags, ...]
+    opens: tuple[str, ...]
+    implicit_closes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tags: tuple[ThinkTags, ...]) -> _Markers:
+        implicit = tuple(t for t in tags if t.implicit)
+        return cls(implicit, tuple(_lower(t.open) for t in tags), tuple(_lower(t.close) for t in implicit))
+
+
+# Built once: every response with think tags makes a splitter for the default families.
+_DEFAULT_MARKERS = _Markers.of(THINK_TAGS)
+
+
 class ThinkSplitter:
     """Streaming splitter of one message's content into reasoning and answer text.
 
@@ -160,9 +178,10 @@ class ThinkSplitter:
         self._counts = counts
         self._probe_chars = probe_chars
         self._all = tags
-        self._implicit = tuple(t for t in tags if t.implicit)
-        self._opens = tuple(_lower(t.open) for t in tags)
-        self._implicit_closes = tuple(_lower(t.close) for t in self._implicit)
+        markers = _DEFAULT_MARKERS if tags is THINK_TAGS else _Markers.of(tags)
+        self._implicit = markers.implicit
+        self._opens = markers.opens
+        self._implicit_closes = markers.implicit_closes
         self._state: _State = "probe"
         self._buf = ""
         self._tags: ThinkTags | None = None  # the family in use, once known
