@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from codexgate.errors import GatewayError, ModelOutputLoop
+from codexgate.translate import stream as stream_module
 from codexgate.translate.builder import ResponseBuilder
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.stages import Part, Pipeline, Reasoning, Text, build_pipeline
@@ -148,6 +149,57 @@ def test_the_hot_path_makes_the_same_events_as_the_general_path(name: str, setti
     slow = run(STREAMS[name], general=True, **settings)
     assert fast == slow
     assert fast[0][-1]["type"] in ("response.completed", "response.failed", "response.incomplete")
+
+
+def raw(choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": "c", "choices": [choice], **extra}
+
+
+# Chunks next to the commonest shape, each of which the chunk hot path must leave to the
+# general walk (or read the same way).
+ODD_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "plain"}, "finish_reason": None, "logprobs": None}, usage=None),
+    raw({"delta": {"content": " no index"}}),
+    raw({"index": 1, "delta": {"content": "second choice"}}),
+    raw({"index": 0, "delta": {"role": "assistant", "content": " with a role"}}),
+    raw({"index": 0, "delta": {"content": ""}}),
+    raw({"index": 0, "delta": {"content": 5}}),
+    raw({"index": 0, "delta": "not an object"}),
+    raw({"index": 0, "delta": {"content": " and reasoning", "reasoning_content": "hm"}}),
+    raw({"index": 0, "delta": {"content": " <think>"}}),
+    raw({"index": 0, "message": {"content": " as a message"}}),
+    {"choices": [{"index": 0, "delta": {"content": " a"}}, {"index": 1, "delta": {"content": "b"}}]},
+    raw({"index": 0, "delta": {"content": " end"}, "finish_reason": "stop"}),
+    raw({"index": 0, "delta": {"content": " usage"}}, usage={"prompt_tokens": 3, "completion_tokens": 2}),
+]
+FAILING_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "x"}}),
+    raw({"index": 0, "delta": {"content": " failed"}, "finish_reason": "error"}),
+]
+ERROR_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "x"}}),
+    raw({"index": 0, "delta": {"content": " error"}}, error={"message": "boom", "code": 500}),
+]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [ODD_CHUNKS, FAILING_CHUNKS, ERROR_CHUNKS, STREAMS["a loop in the answer"], ["not a dict", 3, None]],
+    ids=["odd", "finish_reason error", "error object", "loop", "junk"],
+)
+def test_the_chunk_hot_path_makes_the_same_events_as_the_general_walk(
+    chunks: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = run(chunks, general=False, **ALL_ON)
+    monkeypatch.setattr(stream_module, "_plain_content", lambda chunk: None)
+    assert run(chunks, general=False, **ALL_ON) == fast
+
+
+def test_the_chunk_hot_path_takes_only_the_plain_shape() -> None:
+    plain = stream_module._plain_content
+    taken = [c for c in ODD_CHUNKS if plain(c) is not None]
+    # a tag is the stages' business, not the chunk's: that shape is taken too
+    assert [plain(c) for c in taken] == ["plain", " no index", " <think>"]
 
 
 def test_the_streams_cover_what_the_hot_path_must_leave_alone() -> None:
