@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codexgate.wire.sse import SSEDecoder, encode_event, encode_events
+from codexgate.wire.sse import SSEDecoder, SSEEventTooLarge, encode_event, encode_events
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures" / "chat_streams"
 FIXTURES = sorted(p.name for p in FIXTURES_DIR.glob("*.sse"))
@@ -162,6 +162,36 @@ def test_decoder_keeps_working_after_a_payload_split_inside_utf8() -> None:
         assert decode([body[:cut], body[cut:]]) == [text]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"data: {}\n\n",
+        b'data: {"a":1}\n\ndata:{"b":2}\n\ndata: [DONE]\n\n',
+        b"data:\n\n",
+        b"data:  two spaces\n\n",
+        b"data: a\ndata: b\n\n",  # multi-line data: the general path
+        b": keep-alive\n\ndata: x\n\n",
+        b"event: x\ndata: y\n\nid: 3\n\n",
+        b"data: a\n\n\ndata: b\n\n",
+        b"\n\n",
+        b"data: a\r\n\r\n",
+        b"retry: 5\n\n",
+    ],
+)
+def test_whole_events_in_one_read_decode_as_byte_by_byte(body: bytes) -> None:
+    """A read of whole one-line events takes a shorter path; it must agree with the general
+    one (one byte at a time never takes it), also after a read that left something held."""
+    assert decode([body]) == decode(chunks(body, 1))
+    assert decode([b"data: hel", b"lo\n\n", body]) == [b"hello", *decode(chunks(body, 1))]
+    assert decode([b"data: a\n", b"\n", body]) == [b"a", *decode(chunks(body, 1))]
+
+
+def test_whole_events_larger_than_the_limit_still_raise() -> None:
+    decoder = SSEDecoder(max_event_bytes=8)
+    with pytest.raises(SSEEventTooLarge):
+        decoder.feed(b"data: 0123456789\n\n")
+
+
 # -- encoder
 
 
@@ -193,6 +223,12 @@ def test_encode_event_round_trips_through_the_decoder(size: int) -> None:
     assert [orjson.loads(p) for p in decode(chunks(wire, size))] == events
     assert encode_events(events) == wire
     assert encode_events(events[:1]) == encode_event(events[0])
+
+
+def test_an_event_type_outside_the_catalogue_is_framed_too() -> None:
+    assert encode_event({"type": "x.y", "a": 1}) == b'event: x.y\ndata: {"type":"x.y","a":1}\n\n'
+    frames = encode_events([{"type": "x.y"}, sample_events()[0]])
+    assert frames == encode_event({"type": "x.y"}) + encode_event(sample_events()[0])
 
 
 def test_encode_event_round_trips_every_split_point() -> None:

@@ -68,6 +68,34 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class _Chunks:
+    """The body as it arrives: each step one `readany()`, with the errors mapped. A plain
+    iterator rather than an async generator around aiohttp's own: every upstream chunk of a
+    stream passes here, and each of those layers was a frame to resume per chunk."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: aiohttp.StreamReader) -> None:
+        self._content = content
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self._content.readany()
+        except aiohttp.EofStream:
+            raise StopAsyncIteration from None
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise UpstreamConnectError(f"upstream connection broke: {exc!r}") from exc
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        """Nothing to release (the response is closed by its owner); for `aclosing`."""
+
+
 class _AiohttpResponse:
     __slots__ = ("_resp", "status", "headers")
 
@@ -76,12 +104,8 @@ class _AiohttpResponse:
         self.status = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._resp.content.iter_any():
-                yield chunk
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(f"upstream connection broke: {exc!r}") from exc
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        return _Chunks(self._resp.content)
 
     async def read(self) -> bytes:
         try:

@@ -117,13 +117,20 @@ class ResponseBuilder:
                 part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
             )
         m.parts.append(delta)
-        self._event(
-            "response.output_text.delta",
-            item_id=m.item_id,
-            output_index=m.index,
-            content_index=0,
-            delta=delta,
-            logprobs=[],
+        # The event of every answer delta: one dict literal, in `_event`'s key order, rather
+        # than `_event`'s keyword dict plus update (about half this method's cost).
+        seq = self._seq
+        self._seq = seq + 1
+        self._events.append(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": seq,
+                "item_id": m.item_id,
+                "output_index": m.index,
+                "content_index": 0,
+                "delta": delta,
+                "logprobs": [],
+            }
         )
 
     def reasoning(self, delta: str) -> None:
@@ -142,12 +149,17 @@ class ResponseBuilder:
                 part={"type": "summary_text", "text": ""},
             )
         r.parts.append(delta)
-        self._event(
-            "response.reasoning_summary_text.delta",
-            item_id=r.item_id,
-            output_index=r.index,
-            summary_index=0,
-            delta=delta,
+        seq = self._seq  # as in text(): one dict literal per delta
+        self._seq = seq + 1
+        self._events.append(
+            {
+                "type": "response.reasoning_summary_text.delta",
+                "sequence_number": seq,
+                "item_id": r.item_id,
+                "output_index": r.index,
+                "summary_index": 0,
+                "delta": delta,
+            }
         )
 
     def close_text(self) -> None:

@@ -52,6 +52,21 @@ class ContentStage:
             return self._answer(text, final=False)
         return self._route(self._think.feed(text), final=False)
 
+    def feed_text(self, text: str) -> list[Output] | None:
+        """`feed(text)`, except that None stands for `[TextPiece(text)]`: the common delta,
+        plain answer text, then costs no piece objects. The splitter's `passes` changes
+        nothing, so when it says yes the call parser alone decides, as in `feed`."""
+        pieces: list[Output]
+        if self._think is not None and not self._think.passes(text):
+            pieces = self.feed(text)
+        elif self._calls is None or self._calls.take_plain(text):
+            return None
+        else:
+            pieces = list(self._calls.feed(text))
+        if len(pieces) == 1 and type(pieces[0]) is TextPiece and pieces[0].text == text:
+            return None
+        return pieces
+
     def finish(self) -> list[Output]:
         if self._think is None:
             return self._answer("", final=True)

@@ -46,6 +46,16 @@ class RepetitionGuard:
         self._unchecked = 0
         return self._check()
 
+    def take(self, text: str) -> bool:
+        """`feed(text)` when it would not check (and so return None): True. False, having
+        done nothing, when `text` brings a check due; then `feed` must run."""
+        unchecked = self._unchecked + len(text)
+        if unchecked >= self._check_every:
+            return False
+        self._pending.append(text)
+        self._unchecked = unchecked
+        return True
+
     def _check(self) -> Loop | None:
         tail = self._tail
         if len(tail) < self._min_chars:

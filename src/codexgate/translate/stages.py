@@ -17,7 +17,9 @@ open model over another API runs the same ones:
   sees them).
 
 Each stage declares the part types it `accepts`; the others pass by untouched, so a text delta
-costs only the stages that look at text.
+costs only the stages that look at text. A text stage may also offer `feed_text`, which says
+"unchanged" without building parts: the common delta, plain text, then costs a few checks
+(`Pipeline.feed_text`; tests/test_fast_path.py holds it to `feed`'s events).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, Protocol, TypeAlias
 
 from codexgate.errors import GatewayError, ModelOutputLoop
@@ -101,6 +104,11 @@ class Stage(Protocol):
         """Parts that `part` (of a type in `accepts`) becomes."""
         ...
 
+    # Optional, for a stage that accepts Text (`feed_text`) or Reasoning (`feed_reasoning`):
+    # `feed_text(text)` is `feed(Text(text))`, except that None stands for `[Text(text)]`,
+    # the text passed on unchanged (the common delta: no part object, no list). A stage
+    # without it gets `feed`.
+
     def flush(self) -> list[Part]:
         """Release what is held back (at the end of the text, or before a structured call)."""
         ...
@@ -109,16 +117,49 @@ class Stage(Protocol):
 class Pipeline:
     """Stages composed in order: each part goes through every later stage that accepts it."""
 
-    __slots__ = ("_stages", "_steps")
+    __slots__ = ("_stages", "_steps", "_text_feeds", "_reasoning_feeds")
 
     def __init__(self, stages: list[Stage]) -> None:
         self._stages = stages
         # (accepted types, feed) per stage, looked up once: this runs for every delta
         self._steps = [(frozenset(stage.accepts), stage.feed) for stage in stages]
+        self._text_feeds = self._string_feeds(Text, "feed_text")
+        self._reasoning_feeds = self._string_feeds(Reasoning, "feed_reasoning")
+
+    def _string_feeds(self, kind: type[Text | Reasoning], name: str) -> list[tuple[int, StringFeed]]:
+        """(position, `name` or else `feed` with a part made for it) of each stage that
+        accepts `kind`, in order."""
+        feeds: list[tuple[int, StringFeed]] = []
+        for position, stage in enumerate(self._stages):
+            if kind in stage.accepts:
+                method = getattr(stage, name, None)
+                feeds.append((position, method or partial(_feed_string, stage.feed, kind)))
+        return feeds
+
+    def feed_text(self, text: str) -> list[Part] | None:
+        """`feed(Text(text))`, except that None stands for `[Text(text)]` when every stage
+        passed the text on unchanged: the common answer delta. From the first stage that
+        changes something, the rest of the way is `feed`'s."""
+        for position, feed_text in self._text_feeds:
+            parts = feed_text(text)
+            if parts is not None:
+                return self._run(position + 1, parts)
+        return None
+
+    def feed_reasoning(self, text: str) -> list[Part] | None:
+        """`feed_text` for reasoning: None stands for `[Reasoning(text)]`."""
+        for position, feed_reasoning in self._reasoning_feeds:
+            parts = feed_reasoning(text)
+            if parts is not None:
+                return self._run(position + 1, parts)
+        return None
 
     def feed(self, part: Part) -> list[Part]:
-        parts = [part]
-        for accepts, feed in self._steps:
+        return self._run(0, [part])
+
+    def _run(self, start: int, parts: list[Part]) -> list[Part]:
+        """`parts` through the stages from the one at `start` on."""
+        for accepts, feed in self._steps[start:] if start else self._steps:
             if len(parts) == 1:  # the common case, one delta: no new list unless a stage acts
                 if type(parts[0]) in accepts:
                     parts = feed(parts[0])
@@ -147,6 +188,14 @@ class Pipeline:
         return out
 
 
+StringFeed: TypeAlias = Callable[[str], "list[Part] | None"]
+
+
+def _feed_string(feed: Callable[[Any], list[Part]], kind: type[Text | Reasoning], text: str) -> list[Part]:
+    """A stage's general `feed` standing in for its missing `feed_text`/`feed_reasoning`."""
+    return feed(kind(text))
+
+
 # -- the stages
 
 
@@ -157,6 +206,12 @@ class ContentStage:
 
     def __init__(self, content: content_module.ContentStage) -> None:
         self._content: content_module.ContentStage | None = content
+
+    def feed_text(self, text: str) -> list[Part] | None:
+        if self._content is None:
+            return None
+        pieces = self._content.feed_text(text)
+        return None if pieces is None else self._parts(pieces)
 
     def feed(self, part: Text) -> list[Part]:
         if part.verbatim or self._content is None:
@@ -197,6 +252,18 @@ class LoopGuardStage:
         self._answer = RepetitionGuard()
         self._counts = counts
         self._stopped = False
+
+    def feed_text(self, text: str) -> list[Part] | None:
+        # The guard checks only every few hundred characters: until one is due, the text
+        # is just stored (`take`), with no part object.
+        if self._stopped or self._answer.take(text):
+            return None
+        return self.feed(Text(text))
+
+    def feed_reasoning(self, text: str) -> list[Part] | None:
+        if self._stopped or self._reasoning.take(text):
+            return None
+        return self.feed(Reasoning(text))
 
     def feed(self, part: Text | Reasoning) -> list[Part]:
         if self._stopped:

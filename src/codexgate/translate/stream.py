@@ -75,6 +75,25 @@ def custom_input_from_arguments(arguments: str) -> str:
     return arguments
 
 
+def _plain_content(chunk: Any) -> str | None:
+    """The text of the commonest chunk: one choice (index 0) whose delta is nothing but
+    non-empty `content`, with no finish_reason, usage or error beside it. None for any other
+    chunk, which `feed`'s general walk reads (it gives the same events for this one)."""
+    if type(chunk) is not dict:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or chunk.get("usage") or chunk.get("error"):
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None or choice.get("index", 0) != 0:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    content = delta.get("content")
+    return content if type(content) is str and content else None
+
+
 class ChatStreamTranslator:
     def __init__(
         self,
@@ -128,8 +147,15 @@ class ChatStreamTranslator:
         """One decoded chunk. Raises an UpstreamError for an error object in the stream (and
         ModelOutputLoop when the loop guard stops the model); the events the chunk made before
         it are then in `pending_events`."""
-        if self.done:
+        if self._builder.done:
             return []
+        content = _plain_content(chunk)
+        if content is not None:  # most chunks: skip the general walk below
+            self._text(content)
+            if self._failure is not None:
+                self.pending_events = self._builder.take()
+                raise self._failure
+            return self._builder.take()
         if not isinstance(chunk, dict):
             self.count_malformed()
             return []
@@ -236,10 +262,15 @@ class ChatStreamTranslator:
         stages = self._stages
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
-            self._emit(stages.feed(Reasoning(reasoning)))
+            parts = stages.feed_reasoning(reasoning)
+            if parts is None:  # unchanged by every stage (see Pipeline.feed_text)
+                self._output_chars += len(reasoning)
+                self._builder.reasoning(reasoning)
+            else:
+                self._emit(parts)
         content = delta.get("content")
         if isinstance(content, str) and content:
-            self._emit(stages.feed(Text(content)))
+            self._text(content)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self._emit(stages.feed(Text(refusal, verbatim=True)))
@@ -248,6 +279,14 @@ class ChatStreamTranslator:
             for position, call in enumerate(tool_calls):
                 if isinstance(call, dict):
                     self._tool_delta(call, position)
+
+    def _text(self, text: str) -> None:
+        parts = self._stages.feed_text(text)
+        if parts is None:  # the common delta: plain text, unchanged by every stage
+            self._output_chars += len(text)
+            self._builder.text(text)
+        else:
+            self._emit(parts)
 
     def _tool_delta(self, call: dict[str, Any], position: int) -> None:
         """Accumulate a tool call. Calls become items only once the upstream has finished its

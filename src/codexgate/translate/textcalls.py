@@ -52,6 +52,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeAlias
 
 from codexgate.translate.repair import load_json_lenient, repair_arguments
@@ -648,6 +649,29 @@ FORMATS: tuple[TextCallFormat, ...] = (
 MODES: tuple[str, ...] = ("auto", "off", *(f.name for f in FORMATS))
 
 
+@dataclass(frozen=True, slots=True)
+class _Openers:
+    """A mode's call openers by their first character, in order (a candidate is tried only
+    against those that can match it: a backtick in prose against one, not all fourteen), and
+    the pattern that finds a candidate. Built once per mode, not per response."""
+
+    at: Mapping[str, tuple[tuple[TextCallFormat, Opener], ...]]
+    candidate: re.Pattern[str] | None
+
+    @classmethod
+    def of(cls, mode: str) -> _Openers:
+        formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
+        at: dict[str, tuple[tuple[TextCallFormat, Opener], ...]] = {}
+        for fmt in formats:
+            for opener in fmt.openers:
+                at[opener.text[0]] = (*at.get(opener.text[0], ()), (fmt, opener))
+        firsts = "".join(sorted(at))
+        return cls(MappingProxyType(at), re.compile(f"[{re.escape(firsts)}]") if firsts else None)
+
+
+_OPENERS: Mapping[str, _Openers] = MappingProxyType({mode: _Openers.of(mode) for mode in MODES})
+
+
 # -- the parser
 
 
@@ -672,10 +696,9 @@ class TextToolCallParser:
         self._tools = dict(tools)
         self._counts = counts
         self._off = mode == "off"
-        formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
-        self._openers = [(f, o) for f in formats for o in f.openers]
-        firsts = "".join(sorted({o.text[0] for _, o in self._openers}))
-        self._candidate = re.compile(f"[{re.escape(firsts)}]") if firsts else None
+        openers = _OPENERS[mode]
+        self._openers_at = openers.at
+        self._candidate = openers.candidate
         self._buf = ""
         self._base = 0  # stream offset of _buf[0]
         self._ctx: ScanContext | None = None  # the held candidate's scan state
@@ -690,6 +713,26 @@ class TextToolCallParser:
             return [TextPiece(text)] if text else []
         self._buf += text
         return self._drain(final=False)
+
+    def take_plain(self, text: str) -> bool:
+        """Takes `text` and returns True when it is plain text that `feed` would release whole,
+        as one `TextPiece(text)`, updating the same state; returns False, having done nothing,
+        when `feed` must decide (something is held, `text` has a character that may open a
+        call, or it is whitespace that may be dropped). The hot path of every answer delta."""
+        if self._off:
+            return text != ""
+        if self._buf or not text or (self._candidate is not None and self._candidate.search(text)):
+            return False
+        if self._drop_ws and not text.strip():
+            return False
+        # What _drain does when it finds no candidate and releases everything.
+        self._drop_ws = self._message_start = False
+        end = text.rstrip(" \t")
+        if end:
+            self._line_blank = end[-1] == "\n"
+        self._base += len(text)
+        self._ctx = None
+        return True
 
     def finish(self) -> list[Piece]:
         """The content has ended: decides everything still held."""
@@ -758,7 +801,7 @@ class TextToolCallParser:
         """The first format whose opener is at `buf[j]` and claims the text."""
         text = buf[j:]
         skip = 1
-        for fmt, opener in self._openers:
+        for fmt, opener in self._openers_at.get(buf[j], ()):
             if (opener.where == "line_start" and not line_start) or (
                 opener.where == "message_start" and not message_start
             ):

@@ -61,7 +61,8 @@ _State = Literal["probe", "reasoning", "after_close", "answer"]
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _NEWLINES = "\r\n"
-_TAG_STARTS = ("<", "◁")  # every closing tag begins with one of these
+_LT, _TRIANGLE = "<", "◁"
+_TAG_STARTS = (_LT, _TRIANGLE)  # every closing tag begins with one of these
 
 
 def _lower(text: str) -> str:
@@ -140,6 +141,24 @@ def _emit(out: list[Piece], kind: PieceKind, text: str) -> None:
         out.append((kind, text))
 
 
+@dataclass(frozen=True, slots=True)
+class _Markers:
+    """What a splitter derives from its tag families, lowered once per set of families."""
+
+    implicit: tuple[ThinkTags, ...]
+    opens: tuple[str, ...]
+    implicit_closes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tags: tuple[ThinkTags, ...]) -> _Markers:
+        implicit = tuple(t for t in tags if t.implicit)
+        return cls(implicit, tuple(_lower(t.open) for t in tags), tuple(_lower(t.close) for t in implicit))
+
+
+# Built once: every response with think tags makes a splitter for the default families.
+_DEFAULT_MARKERS = _Markers.of(THINK_TAGS)
+
+
 class ThinkSplitter:
     """Streaming splitter of one message's content into reasoning and answer text.
 
@@ -159,9 +178,10 @@ class ThinkSplitter:
         self._counts = counts
         self._probe_chars = probe_chars
         self._all = tags
-        self._implicit = tuple(t for t in tags if t.implicit)
-        self._opens = tuple(_lower(t.open) for t in tags)
-        self._implicit_closes = tuple(_lower(t.close) for t in self._implicit)
+        markers = _DEFAULT_MARKERS if tags is THINK_TAGS else _Markers.of(tags)
+        self._implicit = markers.implicit
+        self._opens = markers.opens
+        self._implicit_closes = markers.implicit_closes
         self._state: _State = "probe"
         self._buf = ""
         self._tags: ThinkTags | None = None  # the family in use, once known
@@ -180,6 +200,21 @@ class ThinkSplitter:
         out: list[Piece] = []
         self._run(out, final=False)
         return out
+
+    def passes(self, text: str) -> bool:
+        """Whether `feed(text)` would give back exactly `[("text", text)]` and change no state:
+        the answer has begun, nothing is held back, no marker is being dropped, and `text`
+        cannot begin a late closing tag. Asked first for every answer delta, so the common one
+        skips the state machine; False only means "use `feed`"."""
+        return (
+            self._state == "answer"
+            and not self._finished
+            and not self._buf
+            and text != ""
+            and (self._tags is None or not self._tags.answer_close)
+            # (the two `in` tests: `any()` over _TAG_STARTS costs a generator per delta)
+            and not (self._watch_late and (self._late_tail or _LT in text or _TRIANGLE in text))
+        )
 
     def finish(self) -> list[Piece]:
         """Everything still held back. Raises `RuntimeError` if called twice."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final, get_args
 
 import orjson
+
+from codexgate.wire.responses_events import EventType
 
 _CR = b"\r"
 _LF = b"\n"
@@ -43,6 +47,10 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Raises SSEEventTooLarge."""
+        if not self._tail and not self._data and chunk.endswith(b"\n\n") and _CR not in chunk:
+            whole = self._whole_events(chunk)
+            if whole is not None:
+                return whole
         held = self._tail and self._tail[-1].endswith(_CR)  # a \r that may pair with a \n
         if _LF not in chunk and _CR not in chunk and not held:  # the middle of a line: no copy
             if chunk:
@@ -61,6 +69,19 @@ class SSEDecoder:
         if rest:
             self._hold(rest)
         return self._take(lines) if lines else []
+
+    def _whole_events(self, chunk: bytes) -> list[bytes] | None:
+        """The payloads when `chunk` is nothing but whole one-line `data:` events, as chat
+        servers send them (one per read when paced, several when not); None when any part
+        is something else, left to the general path. Nothing is held, so nothing changes."""
+        if len(chunk) > self._max:
+            return None
+        events = chunk[:-2].split(b"\n\n")
+        for position, event in enumerate(events):
+            if not event.startswith(b"data:") or b"\n" in event:
+                return None
+            events[position] = event[6:] if event[5:6] == b" " else event[5:]
+        return events
 
     def _hold(self, piece: bytes) -> None:
         self._tail.append(piece)
@@ -98,13 +119,29 @@ class SSEDecoder:
         return events
 
 
+def _head(kind: str) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: "
+
+
+# The `event:` line and `data: ` of each event the gateway makes, encoded once rather than per
+# event. (EventType is a union of Literals: the names are the arguments of its arguments.)
+_HEADS: Final[Mapping[str, bytes]] = MappingProxyType(
+    {kind: _head(kind) for literal in get_args(EventType) for kind in get_args(literal)}
+)
+
+
 def encode_event(event: dict[str, Any]) -> bytes:
     """One Responses streaming event as an SSE frame (`event:` + `data:`)."""
-    return b"event: %s\ndata: %s\n\n" % (event["type"].encode(), orjson.dumps(event))
+    kind = event["type"]
+    return (_HEADS.get(kind) or _head(kind)) + orjson.dumps(event) + b"\n\n"
 
 
 def encode_events(events: list[dict[str, Any]]) -> bytes:
     """Several events in one write: fewer syscalls when a chunk yields more than one."""
     if len(events) == 1:
         return encode_event(events[0])
-    return b"".join([encode_event(e) for e in events])
+    parts: list[bytes] = []
+    for event in events:
+        kind = event["type"]
+        parts += (_HEADS.get(kind) or _head(kind), orjson.dumps(event), b"\n\n")
+    return b"".join(parts)

@@ -1,0 +1,313 @@
+"""The hot path for plain deltas gives the very events of the general path.
+
+`Pipeline.feed_text`/`feed_reasoning` skip the stages' general `feed` when a delta passes every
+stage unchanged (translate/stages.py). Here the same streams go through a translator that takes
+that path and through one whose pipeline always uses `feed`, split into deltas of many sizes:
+the events (ids, numbers, text, calls, failures) and the counts must be identical.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from codexgate.errors import GatewayError, ModelOutputLoop
+from codexgate.translate import stream as stream_module
+from codexgate.translate.builder import ResponseBuilder
+from codexgate.translate.envelope import Envelope
+from codexgate.translate.stages import Part, Pipeline, Reasoning, Text, build_pipeline
+from codexgate.translate.stream import ChatStreamTranslator
+from codexgate.translate.textcalls import TextPiece, TextToolCallParser
+from codexgate.translate.think import ThinkSplitter
+from codexgate.translate.tools import translate_tools
+from codexgate.wire.responses import parse_request
+from codexgate.wire.sse import SSEDecoder
+
+Event = dict[str, Any]
+
+SHELL = {
+    "type": "function",
+    "name": "shell",
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
+CALL = '{"name": "shell", "arguments": {"cmd": "ls -la"}}'
+
+
+class GeneralOnly(Pipeline):
+    """A pipeline that never takes the hot path: every delta goes through `feed`."""
+
+    __slots__ = ()
+
+    def feed_text(self, text: str) -> list[Part] | None:
+        return self.feed(Text(text))
+
+    def feed_reasoning(self, text: str) -> list[Part] | None:
+        return self.feed(Reasoning(text))
+
+
+def counter_ids() -> Callable[[str], str]:
+    counter = itertools.count()
+    return lambda prefix: f"{prefix}_{next(counter)}"
+
+
+def translator(general: bool, counts: Counter[str], **settings: Any) -> ChatStreamTranslator:
+    tools = [SHELL]
+    envelope = Envelope.for_request(parse_request({"model": "m", "input": "hi", "tools": tools}), "resp_t", 0)
+    _, tool_map = translate_tools(tools)
+    stages = build_pipeline(tool_map, counts=counts, input_token_estimate=100, **settings)
+    if general:
+        # Same stages, same layout (slots): only the two hot-path methods differ.
+        stages.__class__ = GeneralOnly
+    return ChatStreamTranslator(envelope, tool_map, counter_ids(), counts=counts, stages=stages)
+
+
+def chunk(**delta: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+
+
+def deltas(text: str, size: int, field: str = "content") -> list[dict[str, Any]]:
+    return [chunk(**{field: text[i : i + size]}) for i in range(0, len(text), size)]
+
+
+def run(chunks: list[dict[str, Any]], general: bool, **settings: Any) -> tuple[list[Event], Counter[str]]:
+    """The backend's way: SSE bytes -> payloads -> feed; [DONE]; a GatewayError ends in fail()."""
+    counts: Counter[str] = Counter()
+    t = translator(general, counts, **settings)
+    events = t.start()
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    decoder = SSEDecoder()
+    try:
+        for payload in decoder.feed(body):
+            if payload == b"[DONE]":
+                events.extend(t.end_of_stream_marker())
+            else:
+                events.extend(t.feed(orjson.loads(payload)))
+        events.extend(t.finish())
+    except GatewayError as exc:
+        events.extend(t.pending_events)
+        events.extend(t.fail(exc))
+    return events, counts
+
+
+ALL_ON = {"think_tags": "auto", "text_tool_calls": "auto", "loop_guard": True}
+
+
+def aperiodic(n: int, seed: int = 3) -> str:
+    rng = random.Random(seed)
+    words = "the parser `tokenize` fails on a [list] {dict} <tag> x < y café 東京 ok\n".split(" ")
+    out: list[str] = []
+    while sum(map(len, out)) < n:
+        out.append(rng.choice(words))
+    return " ".join(out)[:n]
+
+
+STREAMS: dict[str, list[dict[str, Any]]] = {
+    "think block, answer, hermes call": [
+        chunk(role="assistant", content=""),
+        *deltas("<think>\nLet me see.\n</think>\n\nThe answer uses `x` and [y].\n", 3),
+        *deltas(f"<tool_call>{CALL}</tool_call>", 5),
+    ],
+    "implicit close at the start": deltas("</think>\n\nplain answer after an empty block", 2),
+    "late close stays text": deltas("an answer that mentions </think> late, then <b>bold</b>", 4),
+    "whitespace first, then a json call": [*deltas("\n\n  ", 1), *deltas(f"\n{CALL}", 6)],
+    "json call after a prose line": [chunk(content="Here it is:\n"), *deltas(CALL, 5)],
+    "json mid-line stays text": [chunk(content="Here it is: "), *deltas(CALL, 5)],
+    "mistral call after prose": deltas(f"Sure.\n[TOOL_CALLS][{CALL}]", 4),
+    "refusal beside content": [
+        chunk(content="I can"),
+        chunk(refusal="not <think> help"),
+        chunk(content="no"),
+    ],
+    "reasoning field then text": [*deltas(aperiodic(900), 7, "reasoning_content"), *deltas("done", 2)],
+    "a loop in the answer": deltas("I'm sure you'll like them all. " * 120, 5),
+    "a loop in the reasoning": deltas("Wait, let me check again. " * 150, 6, "reasoning_content"),
+    "long aperiodic answer": deltas(aperiodic(5000), 4),
+    "harmony text": deltas(
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>hi<|return|>",
+        3,
+    ),
+}
+
+SETTINGS = {
+    "all stages": ALL_ON,
+    "think start_inside": {**ALL_ON, "think_tags": "start_inside"},
+    "no content stage": {"think_tags": "off", "text_tool_calls": "off", "loop_guard": True},
+    "calls only": {"think_tags": "off", "text_tool_calls": "hermes", "loop_guard": False},
+}
+
+
+@pytest.mark.parametrize("settings", SETTINGS.values(), ids=SETTINGS.keys())
+@pytest.mark.parametrize("name", STREAMS.keys())
+def test_the_hot_path_makes_the_same_events_as_the_general_path(name: str, settings: dict[str, Any]) -> None:
+    fast = run(STREAMS[name], general=False, **settings)
+    slow = run(STREAMS[name], general=True, **settings)
+    assert fast == slow
+    assert fast[0][-1]["type"] in ("response.completed", "response.failed", "response.incomplete")
+
+
+def raw(choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": "c", "choices": [choice], **extra}
+
+
+# Chunks next to the commonest shape, each of which the chunk hot path must leave to the
+# general walk (or read the same way).
+ODD_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "plain"}, "finish_reason": None, "logprobs": None}, usage=None),
+    raw({"delta": {"content": " no index"}}),
+    raw({"index": 1, "delta": {"content": "second choice"}}),
+    raw({"index": 0, "delta": {"role": "assistant", "content": " with a role"}}),
+    raw({"index": 0, "delta": {"content": ""}}),
+    raw({"index": 0, "delta": {"content": 5}}),
+    raw({"index": 0, "delta": "not an object"}),
+    raw({"index": 0, "delta": {"content": " and reasoning", "reasoning_content": "hm"}}),
+    raw({"index": 0, "delta": {"content": " <think>"}}),
+    raw({"index": 0, "message": {"content": " as a message"}}),
+    {"choices": [{"index": 0, "delta": {"content": " a"}}, {"index": 1, "delta": {"content": "b"}}]},
+    raw({"index": 0, "delta": {"content": " end"}, "finish_reason": "stop"}),
+    raw({"index": 0, "delta": {"content": " usage"}}, usage={"prompt_tokens": 3, "completion_tokens": 2}),
+]
+FAILING_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "x"}}),
+    raw({"index": 0, "delta": {"content": " failed"}, "finish_reason": "error"}),
+]
+ERROR_CHUNKS: list[dict[str, Any]] = [
+    raw({"index": 0, "delta": {"content": "x"}}),
+    raw({"index": 0, "delta": {"content": " error"}}, error={"message": "boom", "code": 500}),
+]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [ODD_CHUNKS, FAILING_CHUNKS, ERROR_CHUNKS, STREAMS["a loop in the answer"], ["not a dict", 3, None]],
+    ids=["odd", "finish_reason error", "error object", "loop", "junk"],
+)
+def test_the_chunk_hot_path_makes_the_same_events_as_the_general_walk(
+    chunks: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = run(chunks, general=False, **ALL_ON)
+    monkeypatch.setattr(stream_module, "_plain_content", lambda chunk: None)
+    assert run(chunks, general=False, **ALL_ON) == fast
+
+
+def test_the_chunk_hot_path_takes_only_the_plain_shape() -> None:
+    plain = stream_module._plain_content
+    taken = [c for c in ODD_CHUNKS if plain(c) is not None]
+    # a tag is the stages' business, not the chunk's: that shape is taken too
+    assert [plain(c) for c in taken] == ["plain", " no index", " <think>"]
+
+
+def test_the_streams_cover_what_the_hot_path_must_leave_alone() -> None:
+    """The comparison above is only worth something if the streams hit every stage."""
+    events, counts = run(STREAMS["think block, answer, hermes call"], general=False, **ALL_ON)
+    output = events[-1]["response"]["output"]
+    assert [item["type"] for item in output] == ["reasoning", "message", "function_call"]
+    assert counts["textcalls.hermes.parsed"] == 1
+    _, counts = run(STREAMS["late close stays text"], general=False, **ALL_ON)
+    assert counts["think.late_close"] == 1
+
+
+@pytest.mark.parametrize("name", ["a loop in the answer", "a loop in the reasoning"])
+def test_the_loop_guard_still_stops_periodic_text_on_the_hot_path(name: str) -> None:
+    events, counts = run(STREAMS[name], general=False, **ALL_ON)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == ModelOutputLoop.default_code
+    assert counts["loops.stopped"] == 1
+
+
+def test_the_loop_guard_never_stops_aperiodic_text_on_the_hot_path() -> None:
+    for seed in range(5):
+        events, counts = run(deltas(aperiodic(20000, seed), 3), general=False, **ALL_ON)
+        assert events[-1]["type"] == "response.completed"
+        assert counts["loops.stopped"] == 0
+
+
+def test_plain_text_passes_without_parts_and_text_with_a_tag_does_not() -> None:
+    tool_map = translate_tools([SHELL])[1]
+    stages = build_pipeline(tool_map, **ALL_ON)
+    assert stages.feed_text("plain start") is None  # the think probe decided at once
+    assert stages.feed_text(" more text") is None
+    assert stages.feed_text(" a <") == [Text(" a ")]  # '<' may open a call: held back
+    assert stages.feed_reasoning("thinking") is None
+
+
+def test_the_splitter_says_pass_only_when_feed_would_give_the_text_back() -> None:
+    splitter = ThinkSplitter(probe_chars=1)
+    assert not splitter.passes("x")  # still probing for a closing tag
+    splitter.feed("hello")
+    assert splitter.passes(" world") and splitter.feed(" world") == [("text", " world")]
+    assert not splitter.passes("<")  # may begin a late closing tag
+    assert not splitter.passes("")
+
+
+def test_take_plain_updates_the_parser_as_feed_would() -> None:
+    """Line starts matter (a `{` opens a JSON call only at the start of a line): after text
+    taken by `take_plain`, the parser must see a `{` exactly as after `feed`."""
+    for before in ("prose\n", "prose ", "\n  ", "a\n \t"):
+        taken, fed = TextToolCallParser({"shell": None}), TextToolCallParser({"shell": None})
+        fed_out = fed.feed("x")
+        assert taken.take_plain("x") and fed_out == [TextPiece("x")]
+        if taken.take_plain(before):
+            assert fed.feed(before) == [TextPiece(before)]
+        else:
+            assert taken.feed(before) == fed.feed(before)
+        rest = f"{CALL}\n"
+        assert taken.feed(rest) + taken.finish() == fed.feed(rest) + fed.finish()
+
+
+def test_take_plain_leaves_leading_whitespace_and_candidates_to_feed() -> None:
+    parser = TextToolCallParser({"shell": None})
+    assert not parser.take_plain("\n ")  # may be dropped before a call
+    assert not parser.take_plain("see [1]")
+    assert parser.take_plain("plain")
+
+
+def test_a_text_delta_event_has_the_shape_and_key_order_of_every_event() -> None:
+    """`text()` builds its delta event by hand; it must match what `_event` would build, down
+    to the key order (the JSON on the wire)."""
+    envelope = Envelope.for_request(parse_request({"model": "m", "input": "hi"}), "resp_t", 0)
+    builder = ResponseBuilder(envelope, counter_ids())
+    builder.start()
+    builder.text("a")
+    builder.text("b")
+    builder.reasoning("r")
+    builder.reasoning("s")
+    events = builder.take()
+    reference = ResponseBuilder(envelope, counter_ids())
+    reference.start()
+    reference.take()
+    reference._seq = events[3]["sequence_number"]
+    reference._event(
+        "response.output_text.delta", item_id="msg_0", output_index=0, content_index=0, delta="b", logprobs=[]
+    )
+    reference._seq = events[-1]["sequence_number"]
+    reference._event(
+        "response.reasoning_summary_text.delta", item_id="rs_1", output_index=1, summary_index=0, delta="s"
+    )
+    expected = reference.take()
+    assert orjson.dumps(events[3]) == orjson.dumps(expected[0])
+    assert orjson.dumps(events[-1]) == orjson.dumps(expected[1])
+
+
+class Shout:
+    """A text stage without `feed_text`: the pipeline must fall back on its `feed`."""
+
+    accepts = (Text,)
+
+    def feed(self, part: Text) -> list[Part]:
+        return [Text(part.text.upper())] if "!" in part.text else [part]
+
+    def flush(self) -> list[Part]:
+        return []
+
+
+def test_a_stage_without_feed_text_gets_feed() -> None:
+    fast = Pipeline([Shout()])
+    assert fast.feed_text("calm") == [Text("calm")]  # not None: the stage was asked
+    assert fast.feed_text("loud!") == [Text("LOUD!")]
+    assert fast.feed_reasoning("thought") is None  # no stage takes reasoning
