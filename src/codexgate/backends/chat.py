@@ -36,7 +36,7 @@ from codexgate.errors import (
 from codexgate.memo import Memo
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
-from codexgate.translate.request import Checkpoint, to_chat_request
+from codexgate.translate.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.translate.stages import build_pipeline
 from codexgate.translate.stream import ChatStreamTranslator, Event
 from codexgate.translate.upstream_errors import classify
@@ -200,11 +200,34 @@ class ChatCall:
         for kind in dict.fromkeys(chat.dropped_items[:_LOGGED_KINDS]):
             backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
         self._body = chat.encode()
+        self._input_bytes = len(self._body)
         if history is not None and req.history_key and chat.checkpoint is not None:
             history.put(key, chat.checkpoint, req.body_size or len(self._body))
-        created = int(time.time())
-        self.envelope = Envelope.for_request(
-            req, new_id("resp"), created, sent=chat.body, unavailable_tools=chat.tool_map.unavailable
+        # The translator is made once the request is out (open()): until the upstream's
+        # first byte, the gateway has time to spare; before sending, every microsecond adds
+        # to the time to first token.
+        self._unsent: tuple[ResponsesRequest, ChatRequest] | None = (req, chat)
+        self._translator: ChatStreamTranslator | None = None
+        self._response: UpstreamResponse | None = None
+        self._watchdog: _IdleWatchdog | None = None
+        self._started = 0.0  # loop time when open() began
+        self._first_byte_deadline = 0.0
+        self._deadline = float("inf")  # loop time by which the response must have ended
+        self._noise_logged = False
+
+    @property
+    def translator(self) -> ChatStreamTranslator:
+        """The stream translator; made by open()."""
+        assert self._translator is not None, "open() first"
+        return self._translator
+
+    def _make_translator(self) -> None:
+        assert self._unsent is not None
+        req, chat = self._unsent
+        self._unsent = None
+        backend, dialect = self._backend, self._target.dialect
+        envelope = Envelope.for_request(
+            req, new_id("resp"), int(time.time()), sent=chat.body, unavailable_tools=chat.tool_map.unavailable
         )
         stages = build_pipeline(
             chat.tool_map,
@@ -212,22 +235,16 @@ class ChatCall:
             text_tool_calls=dialect.text_tool_calls,
             loop_guard=dialect.loop_guard,
             counts=backend.counts,
-            input_token_estimate=len(self._body) // 4,
+            input_token_estimate=self._input_bytes // 4,
         )
-        self.translator = ChatStreamTranslator(
-            self.envelope,
+        self._translator = ChatStreamTranslator(
+            envelope,
             chat.tool_map,
             new_id,
             now=lambda: int(time.time()),
             counts=backend.counts,
             stages=stages,
         )
-        self._response: UpstreamResponse | None = None
-        self._watchdog: _IdleWatchdog | None = None
-        self._started = 0.0  # loop time when open() began
-        self._first_byte_deadline = 0.0
-        self._deadline = float("inf")  # loop time by which the response must have ended
-        self._noise_logged = False
 
     def _check_fits(self, window: int | None) -> None:
         """Refuse a request that cannot fit the model's window. The bound is deliberately low
@@ -273,6 +290,7 @@ class ChatCall:
                 if response.status == 200:
                     self._response = response
                     self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
+                    self._make_translator()
                     return
                 error = await self._error_from(response, url)
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
