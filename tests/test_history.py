@@ -248,3 +248,24 @@ def test_cut_markers_of_the_remembered_turn_still_apply_to_new_items() -> None:
     resumed = translate({"model": "m", "input": later}, ChatDialect(), first.checkpoint)
     assert resumed.encode() == translate({"model": "m", "input": later}, ChatDialect()).encode()
     assert [m["content"] for m in resumed.body["messages"]] == ["hi", "again"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_conversation_read_by_the_face_and_resumed_by_the_backend_matches_a_full_pass(seed: int) -> None:
+    # The face compares the re-sent items once and says so (known_prefix); the backend then
+    # trusts that only for the very list its checkpoint was made from.
+    reader = RequestReader(Memo(1 << 24))
+    conversation = Conversation(100 + seed)
+    checkpoint: Checkpoint | None = None
+    previous: ResponsesRequest | None = None
+    for turn in range(20):
+        conversation.step()
+        if turn % 7 == 6:  # now and then the client rewrites an old item: nothing is trusted
+            conversation.items[1] = message("user", f"fix it, take {turn}")
+        body = conversation.request()
+        req = read(reader, body)
+        if previous is not None and req.known_prefix is not None:
+            assert req.known_prefix[0] is previous.input
+        resumed = to_chat_request(req, ChatDialect(), "up", checkpoint)
+        assert resumed.encode() == translate(body, ChatDialect()).encode()
+        checkpoint, previous = resumed.checkpoint, req

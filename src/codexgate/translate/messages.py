@@ -279,12 +279,18 @@ class History:
     # holds, which are therefore alive (their ids unique) and never change again.
     encoded: dict[int, bytes] = field(default_factory=dict)
 
-    def resume(self, items: list[Item], instructions: str | None) -> tuple[_Builder, int, set[str]] | None:
+    def resume(
+        self, items: list[Item], instructions: str | None, known: tuple[list[Item], int] | None = None
+    ) -> tuple[_Builder, int, set[str]] | None:
         """A builder to continue from, where to continue, and the cut ids that apply; None when
         the input does not start with these items, or when a cut marker after them names one
-        of them (that changes how they translate: then the whole input is read again)."""
+        of them (that changes how they translate: then the whole input is read again).
+        `known`: (a list, n) when `items` is known to start with that list's first n items."""
         n = len(self.items)
-        if instructions != self.instructions or len(items) < n or items[:n] != self.items:
+        if instructions != self.instructions or len(items) < n:
+            return None
+        compared = known is not None and known[0] is self.items and known[1] >= n
+        if not compared and items[:n] != self.items:
             return None
         cut = cut_ids(items[n:])
         if not cut.isdisjoint(self.ids):
@@ -305,12 +311,13 @@ def translate_input(
     dialect: ChatDialect,
     notice: str | None = None,
     earlier: History | None = None,
+    known: tuple[list[Item], int] | None = None,
 ) -> Translated:
     """The chat messages for a request's instructions and input. `earlier`: the History of an
     earlier request of the same conversation, translated with the same dialect; the result is
-    the same with or without it. Raises InvalidRequest for an item the upstream could not read
-    (see translate/items.py)."""
-    resumed = earlier.resume(items, instructions) if earlier is not None else None
+    the same with or without it; `known` says what is known of the items (History.resume).
+    Raises InvalidRequest for an item the upstream could not read (see translate/items.py)."""
+    resumed = earlier.resume(items, instructions, known) if earlier is not None else None
     if resumed is not None and earlier is not None:
         builder, start, cut = resumed
         ids = earlier.ids | _item_ids(items[start:])

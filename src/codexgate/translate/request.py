@@ -109,7 +109,7 @@ def to_chat_request(
         chat_tools, tool_map = translate_tools(tools)
     notice = unavailable_notice(tool_map.unavailable)
     history = earlier.history if earlier is not None else None
-    translated = translate_input(req.input, req.instructions, dialect, notice, history)
+    translated = translate_input(req.input, req.instructions, dialect, notice, history, req.known_prefix)
     messages = translated.messages
 
     body: dict[str, Any] = {}

@@ -75,6 +75,9 @@ class ResponsesRequest:
     # caller), and the size of the body it came from (what remembering it weighs).
     history_key: str | None = None
     body_size: int = 0
+    # The first `n` input items equal those of an earlier request's input list (compared
+    # here, so that a backend remembering that list need not compare them again).
+    known_prefix: tuple[list[Item], int] | None = None
 
 
 _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -268,7 +271,7 @@ def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None)
     if max_output_tokens is not None and max_output_tokens < 1:
         raise InvalidRequest("'max_output_tokens' must be at least 1.", param="max_output_tokens")
 
-    return ResponsesRequest(
+    req = ResponsesRequest(
         model=model,
         input=items,
         instructions=data.get("instructions") or None,
@@ -289,6 +292,9 @@ def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None)
         user=data.get("user"),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
+    if earlier is not None and known_items:
+        req.known_prefix = (earlier.input, known_items)
+    return req
 
 
 def _common_prefix(items: list[Any], earlier: list[Item]) -> int:
