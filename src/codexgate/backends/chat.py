@@ -290,7 +290,11 @@ class ChatCall:
                 if response.status == 200:
                     self._response = response
                     self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
-                    self._make_translator()
+                    try:
+                        self._make_translator()
+                    except BaseException:
+                        await response.aclose()  # no stream will read it
+                        raise
                     return
                 error = await self._error_from(response, url)
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
@@ -574,5 +578,6 @@ class ChatBackend:  # a backends.base.Backend
         return self._listing
 
     def call(self, req: ResponsesRequest, upstream_model: str) -> ChatCall:
-        """Raises ValueError for a dialect naming an unknown text tool-call format."""
+        """Raises InvalidRequest for input the upstream could not read. (A dialect naming an
+        unknown text tool-call format, which settings refuse, raises ValueError in open().)"""
         return ChatCall(self, req, upstream_model)
