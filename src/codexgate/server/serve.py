@@ -4,6 +4,7 @@ key reload on SIGHUP, and log redaction on the process's handlers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import signal
@@ -120,6 +121,25 @@ def log_startup(settings: Settings, app: GatewayApp) -> None:
         log.info("API keys in force: %s", ", ".join(app.guard.keys.names))
 
 
+# Objects allocated, net of those freed, before the cyclic collector runs. Python's default,
+# 700, made a collection run every request or so: decoding a Codex request (tens of KB)
+# allocates thousands of containers, which the collector then scanned, promoted and scanned
+# again, in the way of the request. Nearly all of them are freed by reference counting
+# anyway; at 20,000 a collection runs every few dozen requests (measured on 150 Codex-sized
+# requests: 117 collections taking 15-20 ms in all, against 2 taking 9-13 ms).
+_GC_THRESHOLD = 20_000
+
+
+def tune_garbage_collector() -> None:
+    """For a long-running server: what was loaded at startup (modules, settings, the app) is
+    never garbage, so it is moved out of the collector's sight (`gc.freeze`); and the
+    collector runs less often (_GC_THRESHOLD)."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(_GC_THRESHOLD, gen1, gen2)
+
+
 def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | None = None) -> None:
     """Serve `app` until SIGINT/SIGTERM. SIGHUP re-reads the API keys.
     Raises ConfigError when the settings expose an unauthenticated gateway."""
@@ -130,6 +150,7 @@ def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | N
     redact_handlers(app.redactor)
     log_startup(settings, app)
     server = uvicorn.Server(config)
+    tune_garbage_collector()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
