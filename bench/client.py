@@ -47,6 +47,17 @@ class StreamResult:
     error: str = ""
 
 
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile of `xs` (linear between ranks); NaN for no values."""
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
 def new_session(limit: int = 2000) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False, keepalive_timeout=120)
     return aiohttp.ClientSession(

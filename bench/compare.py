@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from client import DIRECT, GATEWAY, StreamResult, stream_once
+from client import DIRECT, GATEWAY, StreamResult, pct, stream_once
 from procs import (
     ROOT,
     Proc,
@@ -213,9 +213,9 @@ class Compare:
             out[name] = {
                 "failed": len(results) - len(ok),
                 "error": next((r.error for r in results if not r.ok), ""),
-                "first_p50": _pct(first, 0.5),
-                "first_p90": _pct(first, 0.9),
-                "total_p50": _pct(total, 0.5),
+                "first_p50": pct(first, 0.5),
+                "first_p90": pct(first, 0.9),
+                "total_p50": pct(total, 0.5),
             }
         for t in self.targets:
             for q in ("p50", "p90"):
@@ -347,15 +347,6 @@ class _Opened:
         finally:
             if waiting:
                 self.opening.release()
-
-
-def _pct(s: list[float], q: float) -> float:
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def failures(r: dict[str, Any]) -> int:

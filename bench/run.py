@@ -36,7 +36,16 @@ import libs  # noqa: E402
 import orjson  # noqa: E402
 import procs as procs_module  # noqa: E402
 import uvloop  # noqa: E402
-from client import DIRECT, GATEWAY, LoadResult, StreamResult, new_session, run_load, stream_once  # noqa: E402
+from client import (  # noqa: E402
+    DIRECT,
+    GATEWAY,
+    LoadResult,
+    StreamResult,
+    new_session,
+    pct,
+    run_load,
+    stream_once,
+)
 from procs import (  # noqa: E402
     ForeignLoad,
     Proc,
@@ -84,16 +93,6 @@ BIG = Scenario("tool", 100, 4, 1, 5)  # after a 1 MB history: prefill, 100 delta
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 # -- processes -------------------------------------------------------------------------------

@@ -201,7 +201,7 @@ class ChatCall:
             backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
         self._body = chat.encode()
         self._input_bytes = len(self._body)
-        if history is not None and req.history_key and chat.checkpoint is not None:
+        if history is not None and req.history_key:
             history.put(key, chat.checkpoint, req.body_size or len(self._body))
         # The translator is made once the request is out (open()): until the upstream's
         # first byte, the gateway has time to spare; before sending, every microsecond adds

@@ -50,8 +50,8 @@ class Checkpoint:
 class ChatRequest:
     body: dict[str, Any]
     tool_map: ToolMap
+    checkpoint: Checkpoint  # for the next request of the same conversation
     dropped_items: list[str] = field(default_factory=list)
-    checkpoint: Checkpoint | None = None  # for the next request of the same conversation
 
     def encode(self) -> bytes:
         """The body as JSON, with `messages` last. A message encoded for an earlier request
@@ -59,20 +59,17 @@ class ChatRequest:
         request's encodings are kept in its checkpoint for the next one."""
         body = self.body
         messages: list[Message] = body["messages"]
-        if self.checkpoint is None:
-            parts: list[bytes | None] = list(map(orjson.dumps, messages))
-        else:
-            history = self.checkpoint.history
-            known = history.encoded
-            ids = list(map(id, messages))
-            parts = list(map(known.get, ids))  # C loops: most messages are known
-            fresh = [i for i, part in enumerate(parts) if part is None]
-            if fresh:
-                held = set(map(id, history.builder.messages))
-                for i in fresh:
-                    part = parts[i] = orjson.dumps(messages[i])
-                    if ids[i] in held:
-                        known[ids[i]] = part
+        history = self.checkpoint.history
+        known = history.encoded
+        ids = list(map(id, messages))
+        parts = list(map(known.get, ids))  # C loops: most messages are known
+        fresh = [i for i, part in enumerate(parts) if part is None]
+        if fresh:
+            held = set(map(id, history.builder.messages))
+            for i in fresh:
+                part = parts[i] = orjson.dumps(messages[i])
+                if ids[i] in held:
+                    known[ids[i]] = part
         head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
         opening = head[:-1] + (b',"messages":[' if len(head) > 2 else b'"messages":[')
         # One join, so a long history is copied once; commas are the separator
@@ -143,7 +140,7 @@ def to_chat_request(
     if response_format is not None:
         body["response_format"] = response_format
     checkpoint = Checkpoint(translated.history, tools, chat_tools, tool_map)
-    return ChatRequest(body, tool_map, translated.dropped, checkpoint)
+    return ChatRequest(body, tool_map, checkpoint, translated.dropped)
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

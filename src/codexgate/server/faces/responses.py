@@ -15,13 +15,7 @@ from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_r
 from codexgate.wire.responses_events import Event
 from codexgate.wire.sse import encode_events
 
-__all__ = ["RequestReader", "encode_batch", "final_body", "read_request"]
-
-
-def read_request(body: bytes) -> ResponsesRequest:
-    """The canonical request. Raises InvalidRequest (a 400 naming the field) for a body that
-    is not JSON or not a valid Responses request."""
-    return parse_request(decode_json_body(body))
+__all__ = ["RequestReader", "encode_batch", "final_body"]
 
 
 class RequestReader:
@@ -37,7 +31,8 @@ class RequestReader:
         self._memo = memo
 
     def read(self, body: bytes, caller: str | None = None) -> ResponsesRequest:
-        """Raises InvalidRequest, as `read_request`."""
+        """The canonical request. Raises InvalidRequest (a 400 naming the field) for a body
+        that is not JSON or not a valid Responses request."""
         data = decode_json_body(body)
         memo = self._memo
         cache_key = data.get("prompt_cache_key")
