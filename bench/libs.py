@@ -177,8 +177,8 @@ def request_prep_ms(body: bytes, chat: bytes, *, budget: float) -> dict[str, flo
 
 def stream_translate_us(body: bytes, chat: bytes, *, budget: float) -> dict[str, float]:
     """Per upstream SSE event: SSE decode + JSON decode + translate + SSE encode, with the
-    gateway's own per-read step (`ChatCall._feed`, if it still exists), one event per read (as
-    paced tokens arrive)."""
+    gateway's own per-read step (`ChatCall._feed`), one event per read (as paced tokens
+    arrive)."""
     from tests.support.fake_upstream import _Completion, _usage_for, render_stream
     from workload import reply_for
 
@@ -199,21 +199,14 @@ def stream_translate_us(body: bytes, chat: bytes, *, budget: float) -> dict[str,
     def one_stream() -> None:
         nonlocal out_events
         call = backend.call(req, req.model)
-        translator = call.translator
-        feed = getattr(call, "_feed", None)
+        call._make_turn()  # what open() does once the request is out
+        turn = call.translator.turn
         decoder = SSEDecoder()
-        encode_events(translator.start())
+        encode_events(turn.start())
         n = 2
         for raw in raw_events:
-            events: list[Any] = []
-            if feed is not None:
-                feed(decoder.feed(raw), events)  # the backend's own per-read step
-            else:
-                for data in decoder.feed(raw):
-                    if data == b"[DONE]":
-                        events.extend(translator.end_of_stream_marker())
-                    else:
-                        events.extend(translator.feed(orjson.loads(data)))
+            call._feed(decoder.feed(raw))  # the backend's own per-read step
+            events = turn.take()
             if events:
                 encode_events(events)
                 n += len(events)

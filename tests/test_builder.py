@@ -13,10 +13,10 @@ from codexgate.translate.envelope import Envelope
 USAGE = {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
 
 
-def make_builder() -> ResponseBuilder:
+def make_builder(**options: Any) -> ResponseBuilder:
     ids = itertools.count(1)
     return ResponseBuilder(
-        Envelope("resp_1", 0, "m", {}), lambda prefix: f"{prefix}_{next(ids)}", now=lambda: 7
+        Envelope("resp_1", 0, "m", {}), lambda prefix: f"{prefix}_{next(ids)}", now=lambda: 7, **options
     )
 
 
@@ -78,7 +78,7 @@ def test_incomplete_marks_the_open_message_incomplete() -> None:
 
 
 def test_a_failure_closes_open_items_and_names_them_in_a_cut_marker() -> None:
-    b = make_builder()
+    b = make_builder(mark_cuts=True)
     b.start()
     b.reasoning("r")
     b.text("half an answ")
@@ -108,3 +108,46 @@ def test_a_failure_before_any_output_has_no_cut_marker() -> None:
     b.fail(UpstreamStreamCut("cut"), USAGE)
     events = b.take()
     assert types(events) == ["response.failed"] and events[-1]["response"]["output"] == []
+
+
+def test_without_the_cut_policy_a_failure_only_closes_the_open_items() -> None:
+    b = make_builder()
+    b.start()
+    b.text("half an answ")
+    b.fail(UpstreamStreamCut("cut"), USAGE)
+    output = b.take()[-1]["response"]["output"]
+    assert [(i["type"], i["status"]) for i in output] == [("message", "incomplete")]
+    assert cut_ids(output) == set()
+
+
+def test_reasoning_carries_the_blob_of_the_policy_or_of_the_upstream() -> None:
+    b = make_builder(reasoning_blob=lambda text: f"blob:{text}")
+    b.start()
+    b.reasoning("mine")
+    b.text("a")
+    b.reasoning("theirs")
+    b.close_reasoning("upstream-opaque")
+    b.reasoning("none given")
+    b.close_reasoning(None)
+    b.finish(USAGE)
+    reasoning = [i for i in b.take()[-1]["response"]["output"] if i["type"] == "reasoning"]
+    assert [i.get("encrypted_content") for i in reasoning] == ["blob:mine", "upstream-opaque", None]
+    plain = make_builder()
+    plain.start()
+    plain.reasoning("r")
+    plain.finish(USAGE)
+    assert "encrypted_content" not in plain.take()[-1]["response"]["output"][0]
+
+
+def test_an_item_passed_through_takes_its_place_among_the_others() -> None:
+    b = make_builder()
+    events = b.start()
+    b.text("searching")
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "q"}}
+    b.item(search)
+    b.text("found")
+    b.finish(USAGE)
+    events += b.take()
+    done = [(e["output_index"], e["item"]["type"]) for e in events if e["type"] == "response.output_item.done"]
+    assert done == [(0, "message"), (1, "web_search_call"), (2, "message")]
+    assert events[-1]["response"]["output"][1] is search

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from codexgate.config import ConfigError, load_settings
+from codexgate.config import ConfigError, UpstreamConfig, load_settings
 
 
 def test_defaults() -> None:
@@ -186,3 +186,29 @@ def test_an_upstream_kind_other_than_chat_is_refused() -> None:
 
     with pytest.raises(ValidationError):
         UpstreamConfig(name="u", base_url="http://127.0.0.1:8000/v1", kind="codex")  # type: ignore[arg-type]
+
+
+def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp_path: Path) -> None:
+    def load(upstream: str) -> list[UpstreamConfig]:
+        config = tmp_path / "c.toml"
+        config.write_text(f"[[upstreams]]\n{upstream}\n")
+        return load_settings({}, config, environ={}).upstreams
+
+    codex = 'name = "agent"\nkind = "codex"\nsandbox = "workspace-write"\napproval = "on-request"'
+    responses = 'name = "oa"\nkind = "responses"\nbase_url = "https://api.openai.com/v1"\ntool_format = "native"'
+    [agent] = load(codex)
+    assert (agent.kind, agent.base_url, agent.sandbox, agent.approval) == (
+        "codex", None, "workspace-write", "on-request"
+    )
+    assert agent.approval_answer == "decline" and agent.codex_bin == "codex"
+    [oa] = load(responses)
+    assert (oa.kind, oa.tool_format) == ("responses", "native")
+    for bad, named in [
+        (codex + '\nbase_url = "http://127.0.0.1:1/v1"', "base_url applies to upstreams of kind chat or responses"),
+        (codex + '\ndeveloper_role = "system"', "developer_role applies to upstreams of kind chat"),
+        (responses + '\nsandbox = "read-only"', "sandbox applies to upstreams of kind codex"),
+        ('name = "c"\nbase_url = "http://127.0.0.1:1/v1"\ntool_format = "native"', "tool_format"),
+        ('name = "r"\nkind = "responses"', "needs a base_url"),
+    ]:
+        with pytest.raises(ConfigError, match=named):
+            load(bad)

@@ -8,26 +8,24 @@ the events (ids, numbers, text, calls, failures) and the counts must be identica
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
-from codexgate.errors import GatewayError, ModelOutputLoop
+from codexgate.errors import ModelOutputLoop
 from codexgate.translate import stream as stream_module
 from codexgate.translate.builder import ResponseBuilder
+from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.stages import Part, Pipeline, Reasoning, Text, build_pipeline
 from codexgate.translate.stream import ChatStreamTranslator
 from codexgate.translate.textcalls import TextPiece, TextToolCallParser
 from codexgate.translate.think import ThinkSplitter
-from codexgate.translate.tools import translate_tools
 from codexgate.wire.responses import parse_request
-from codexgate.wire.sse import SSEDecoder
+from tests.support.turns import chat_translator, counter_ids, sse_of, translate_sse
 
 Event = dict[str, Any]
 
@@ -51,20 +49,12 @@ class GeneralOnly(Pipeline):
         return self.feed(Reasoning(text))
 
 
-def counter_ids() -> Callable[[str], str]:
-    counter = itertools.count()
-    return lambda prefix: f"{prefix}_{next(counter)}"
-
-
 def translator(general: bool, counts: Counter[str], **settings: Any) -> ChatStreamTranslator:
-    tools = [SHELL]
-    envelope = Envelope.for_request(parse_request({"model": "m", "input": "hi", "tools": tools}), "resp_t", 0)
-    _, tool_map = translate_tools(tools)
-    stages = build_pipeline(tool_map, counts=counts, input_token_estimate=100, **settings)
+    t = chat_translator([SHELL], counts=counts, input_token_estimate=100, **settings)
     if general:
         # Same stages, same layout (slots): only the two hot-path methods differ.
-        stages.__class__ = GeneralOnly
-    return ChatStreamTranslator(envelope, tool_map, counter_ids(), counts=counts, stages=stages)
+        t.turn._stages.__class__ = GeneralOnly
+    return t
 
 
 def chunk(**delta: Any) -> dict[str, Any]:
@@ -79,20 +69,7 @@ def run(chunks: list[dict[str, Any]], general: bool, **settings: Any) -> tuple[l
     """The backend's way: SSE bytes -> payloads -> feed; [DONE]; a GatewayError ends in fail()."""
     counts: Counter[str] = Counter()
     t = translator(general, counts, **settings)
-    events = t.start()
-    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-    decoder = SSEDecoder()
-    try:
-        for payload in decoder.feed(body):
-            if payload == b"[DONE]":
-                events.extend(t.end_of_stream_marker())
-            else:
-                events.extend(t.feed(orjson.loads(payload)))
-        events.extend(t.finish())
-    except GatewayError as exc:
-        events.extend(t.pending_events)
-        events.extend(t.fail(exc))
-    return events, counts
+    return translate_sse(t, [sse_of(chunks)]), counts
 
 
 ALL_ON = {"think_tags": "auto", "text_tool_calls": "auto", "loop_guard": True}
@@ -228,8 +205,7 @@ def test_the_loop_guard_never_stops_aperiodic_text_on_the_hot_path() -> None:
 
 
 def test_plain_text_passes_without_parts_and_text_with_a_tag_does_not() -> None:
-    tool_map = translate_tools([SHELL])[1]
-    stages = build_pipeline(tool_map, **ALL_ON)
+    stages = build_pipeline(catalogue_of([SHELL]), **ALL_ON)
     assert stages.feed_text("plain start") is None  # the think probe decided at once
     assert stages.feed_text(" more text") is None
     assert stages.feed_text(" a <") == [Text(" a ")]  # '<' may open a call: held back

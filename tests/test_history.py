@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from codexgate.backends.base import Inbound
 from codexgate.errors import InvalidRequest
 from codexgate.memo import Memo
 from codexgate.server.faces.responses import RequestReader
@@ -155,7 +156,7 @@ def test_a_resumed_turn_reads_only_the_new_items_and_reuses_the_encoded_history(
     # The earlier messages are the same objects, so their JSON was not made again.
     shared = [m for m in second.body["messages"] if id(m) in known]
     assert len(shared) == len(known)
-    assert second.checkpoint.tool_map is first.checkpoint.tool_map
+    assert second.checkpoint.catalogue is first.checkpoint.catalogue
     assert first.checkpoint.history.encoded == known  # the earlier checkpoint is untouched
 
 
@@ -189,6 +190,12 @@ def test_changed_instructions_or_tools_are_translated_again() -> None:
 
 
 def read(reader: RequestReader, body: dict[str, Any], caller: str | None = None) -> ResponsesRequest:
+    return read_with_inbound(reader, body, caller)[0]
+
+
+def read_with_inbound(
+    reader: RequestReader, body: dict[str, Any], caller: str | None = None
+) -> tuple[ResponsesRequest, Inbound]:
     return reader.read(orjson.dumps(body), caller)
 
 
@@ -215,11 +222,12 @@ def test_requests_are_remembered_per_caller_and_key_and_only_with_a_key() -> Non
     memo: Memo[ResponsesRequest] = Memo(1 << 20)
     reader = RequestReader(memo)
     body = {"model": "m", "input": [message("user", "hi")], "prompt_cache_key": "k"}
-    alice, bob = read(reader, body, "alice"), read(reader, body, "bob")
-    assert alice.history_key != bob.history_key
+    (_, alice), (_, bob) = read_with_inbound(reader, body, "alice"), read_with_inbound(reader, body, "bob")
+    assert alice.conversation != bob.conversation
+    assert (alice.caller, bob.caller) == ("alice", "bob")
     assert len(memo) == 2
-    anonymous = read(reader, {"model": "m", "input": "hi"})
-    assert anonymous.history_key is None and len(memo) == 2
+    _, anonymous = read_with_inbound(reader, {"model": "m", "input": "hi"})
+    assert anonymous.conversation is None and len(memo) == 2
     assert alice.body_size == len(orjson.dumps(body))
 
 
@@ -263,9 +271,9 @@ def test_a_conversation_read_by_the_face_and_resumed_by_the_backend_matches_a_fu
         if turn % 7 == 6:  # now and then the client rewrites an old item: nothing is trusted
             conversation.items[1] = message("user", f"fix it, take {turn}")
         body = conversation.request()
-        req = read(reader, body)
-        if previous is not None and req.known_prefix is not None:
-            assert req.known_prefix[0] is previous.input
-        resumed = to_chat_request(req, ChatDialect(), "up", checkpoint)
+        req, inbound = read_with_inbound(reader, body)
+        if previous is not None and inbound.known_prefix is not None:
+            assert inbound.known_prefix[0] is previous.input
+        resumed = to_chat_request(req, ChatDialect(), "up", checkpoint, inbound.known_prefix)
         assert resumed.encode() == translate(body, ChatDialect()).encode()
         checkpoint, previous = resumed.checkpoint, req

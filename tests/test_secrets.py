@@ -181,7 +181,7 @@ def test_an_upstream_url_with_credentials_is_masked_in_startup_logs(caplog: pyte
     url = f"http://bob:{quote(PASSWORD_B, safe='')}@127.0.0.1:1/v1"
     settings = load_settings({"upstream": url, "discover": False}, environ={})
     log_startup(settings, build_app(settings, environ={}))
-    assert "upstream default: http://[redacted]@127.0.0.1:1/v1" in caplog.text
+    assert "upstream default (chat): http://[redacted]@127.0.0.1:1/v1" in caplog.text
     assert quote(PASSWORD_B, safe="") not in caplog.text and PASSWORD_B not in caplog.text
 
 

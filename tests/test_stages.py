@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from codexgate.errors import ModelOutputLoop
+from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.stages import (
     Failure,
     Finish,
@@ -14,7 +15,6 @@ from codexgate.translate.stages import (
     ToolCall,
     build_pipeline,
 )
-from codexgate.translate.tools import translate_tools
 
 SHELL = {
     "type": "function",
@@ -24,7 +24,7 @@ SHELL = {
 
 
 def test_think_text_becomes_reasoning_and_the_rest_stays_text() -> None:
-    stages = build_pipeline(translate_tools([])[1], think_tags="auto", text_tool_calls="auto")
+    stages = build_pipeline(catalogue_of([]), think_tags="auto", text_tool_calls="auto")
     parts = stages.feed(Text("<think>hmm</think>answer")) + stages.flush()
     assert [type(p) for p in parts if not (isinstance(p, Text) and not p.text)][:1] == [Reasoning]
     assert "".join(p.text for p in parts if isinstance(p, Reasoning)) == "hmm"
@@ -32,8 +32,7 @@ def test_think_text_becomes_reasoning_and_the_rest_stays_text() -> None:
 
 
 def test_a_tool_call_written_as_text_becomes_a_text_call() -> None:
-    tool_map = translate_tools([SHELL])[1]
-    stages = build_pipeline(tool_map, think_tags="off", text_tool_calls="hermes")
+    stages = build_pipeline(catalogue_of([SHELL]), think_tags="off", text_tool_calls="hermes")
     text = '<tool_call>{"name": "shell", "arguments": {"cmd": "ls"}}</tool_call>'
     parts = stages.feed(Text(text)) + stages.flush()
     calls = [p for p in parts if isinstance(p, TextCall)]
@@ -41,13 +40,13 @@ def test_a_tool_call_written_as_text_becomes_a_text_call() -> None:
 
 
 def test_verbatim_text_is_never_parsed() -> None:
-    stages = build_pipeline(translate_tools([])[1], think_tags="auto")
+    stages = build_pipeline(catalogue_of([]), think_tags="auto")
     assert stages.feed(Text("<think>x", verbatim=True)) == [Text("<think>x", verbatim=True)]
 
 
 def test_the_loop_guard_turns_a_repeating_model_into_one_failure() -> None:
     counts: Counter[str] = Counter()
-    stages = build_pipeline(translate_tools([])[1], loop_guard=True, counts=counts)
+    stages = build_pipeline(catalogue_of([]), loop_guard=True, counts=counts)
     failures = []
     for _ in range(2000):
         failures += [p for p in stages.feed(Text("again and again. ")) if isinstance(p, Failure)]
@@ -57,16 +56,17 @@ def test_the_loop_guard_turns_a_repeating_model_into_one_failure() -> None:
 
 def test_finished_function_arguments_are_repaired_and_text_calls_left_alone() -> None:
     counts: Counter[str] = Counter()
-    stages = build_pipeline(translate_tools([SHELL])[1], counts=counts)
+    catalogue = catalogue_of([SHELL])
+    stages = build_pipeline(catalogue, counts=counts)
     broken = '{"cmd": "ls",}'
-    (repaired,) = stages.feed(ToolCall("shell", broken, model_name="shell"))
+    (repaired,) = stages.feed(ToolCall(catalogue.resolve("shell"), broken))
     assert isinstance(repaired, ToolCall) and repaired.arguments == '{"cmd":"ls"}'
-    (kept,) = stages.feed(ToolCall("shell", broken, model_name="shell", checked=True))
+    (kept,) = stages.feed(ToolCall(catalogue.resolve("shell"), broken, checked=True))
     assert isinstance(kept, ToolCall) and kept.arguments == broken
 
 
 def test_usage_is_estimated_only_when_the_upstream_sent_none() -> None:
-    stages = build_pipeline(translate_tools([])[1], input_token_estimate=100)
+    stages = build_pipeline(catalogue_of([]), input_token_estimate=100)
     (estimated,) = stages.feed(Finish(None, output_chars=300))
     assert isinstance(estimated, Finish) and estimated.usage is not None
     assert estimated.usage["input_tokens"] == 100 and estimated.usage["output_tokens"] > 0

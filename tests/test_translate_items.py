@@ -3,19 +3,19 @@ each is carried in a form the upstream reads, or refused with a 400 naming it.""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import orjson
 import pytest
 
 from codexgate.errors import InvalidRequest
+from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, catalogue_of
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.envelope import Envelope
 from codexgate.translate.request import to_chat_request, tools_of
 from codexgate.translate.stream import ChatStreamTranslator
-from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, translate_tools
 from codexgate.wire.responses import parse_request
+from tests.support.turns import chat_translator
 
 EXEC_GRAMMAR = {
     "type": "grammar",
@@ -94,7 +94,7 @@ def test_tools_of_additional_tools_items_are_advertised_and_the_item_is_no_messa
     exec_tool = request.body["tools"][0]["function"]
     assert exec_tool["parameters"]["required"] == ["input"]
     assert "pragma_source" in exec_tool["description"]
-    assert request.tool_map.custom_grammars["functions__exec"] == EXEC_GRAMMAR
+    assert request.catalogue.resolve("functions__exec").grammar == EXEC_GRAMMAR
 
 
 def test_every_additional_tools_item_counts_and_top_level_tools_come_first() -> None:
@@ -162,15 +162,14 @@ def test_bad_shapes_are_400s_naming_the_field(item: dict[str, Any], param: str) 
     assert info.value.param == param
 
 
-def translator(tool_map: Any) -> ChatStreamTranslator:
-    counter = itertools.count(1)
-    req = parse_request(lite_body(user("hi")))
-    return ChatStreamTranslator(
-        Envelope.for_request(req, "resp_1", 0),
-        tool_map,
-        lambda prefix: f"{prefix}_{next(counter)}",
-        now=lambda: 0,
-    )
+def translator(body: dict[str, Any]) -> ChatStreamTranslator:
+    return chat_translator(body=body, response_id="resp_1")
+
+
+def feed_and_finish(t: ChatStreamTranslator, raw: bytes) -> list[dict[str, Any]]:
+    t.feed(orjson.loads(raw))
+    t.finish()
+    return t.turn.take()
 
 
 def chunk(name: str, arguments: str) -> bytes:
@@ -192,12 +191,9 @@ def done_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_a_call_of_the_namespaced_custom_tool_comes_back_as_custom_tool_call_with_its_namespace() -> None:
-    request = translate(lite_body(user("hi")))
-    t = translator(request.tool_map)
+    t = translator(lite_body(user("hi")))
     code = 'const r = await tools.exec_command({cmd: "echo LITE > lite.txt"}); text(r);'
-    events = (
-        t.feed(orjson.loads(chunk("functions__exec", orjson.dumps({"input": code}).decode()))) + t.finish()
-    )
+    events = feed_and_finish(t, chunk("functions__exec", orjson.dumps({"input": code}).decode()))
     added = [e["item"] for e in events if e["type"] == "response.output_item.added"]
     assert added[0]["type"] == "custom_tool_call" and added[0]["namespace"] == "functions"
     [item] = done_items(events)
@@ -298,7 +294,7 @@ def test_hosted_tools_are_named_in_the_response_metadata() -> None:
             "tools": [{"type": "web_search"}, {"type": "image_generation"}],
         }
     )
-    unavailable = translate_tools(tools_of(req))[1].unavailable
+    unavailable = catalogue_of(tools_of(req)).unavailable
     resource = Envelope.for_request(req, "resp_1", 0, unavailable_tools=unavailable).resource("completed", [])
     assert resource["metadata"] == {"k": "v", UNAVAILABLE_METADATA_KEY: "web_search,image_generation"}
     plain = Envelope.for_request(parse_request({"model": "m", "input": "x"}), "r", 0).resource(
@@ -367,15 +363,14 @@ def test_tool_search_and_local_shell_history_are_calls_and_outputs() -> None:
 def test_calls_of_client_executed_tools_come_back_as_their_own_item_kind(
     name: str, arguments: str, expected: dict[str, Any]
 ) -> None:
-    request = translate(
+    t = translator(
         {
             "model": "m",
             "input": "x",
             "tools": [{"type": "tool_search", "execution": "client"}, {"type": "local_shell"}],
         }
     )
-    t = translator(request.tool_map)
-    [item] = done_items(t.feed(orjson.loads(chunk(name, arguments))) + t.finish())
+    [item] = done_items(feed_and_finish(t, chunk(name, arguments)))
     assert {k: item[k] for k in expected} == expected
     assert item["call_id"] == "call_1" and item["status"] == "completed"
 

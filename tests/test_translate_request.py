@@ -11,12 +11,10 @@ import pytest
 from codexgate.errors import InvalidRequest, ModelOutputLoop
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.envelope import Envelope
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.request import LATE_DEVELOPER_PREFIX, MISSING_OUTPUT, to_chat_request
-from codexgate.translate.stream import ChatStreamTranslator
-from codexgate.translate.tools import ToolMap
 from codexgate.wire.responses import decode_json_body, parse_request
+from tests.support.turns import chat_translator
 
 APPLY_PATCH = {
     "type": "custom",
@@ -169,7 +167,7 @@ def test_custom_tool_becomes_a_function_with_one_string_parameter_and_its_gramma
     patch = tools[1]["function"]
     assert patch["parameters"]["required"] == ["input"]
     assert "*** Begin Patch" in patch["description"]
-    assert request.tool_map.resolve("apply_patch").kind == "custom"
+    assert request.catalogue.resolve("apply_patch").kind == "custom"
 
 
 def test_custom_tool_call_in_history_is_sent_as_a_function_call_with_json_input() -> None:
@@ -216,7 +214,7 @@ def test_namespace_tools_are_flattened_to_valid_names_and_history_uses_the_same_
     name = request.body["tools"][0]["function"]["name"]
     assert name == "mcp__my_server__read_file"
     assert request.body["messages"][1]["tool_calls"][0]["function"]["name"] == name
-    target = request.tool_map.resolve(name)
+    target = request.catalogue.resolve(name)
     assert (target.namespace, target.name) == ("mcp__my.server", "read file")
 
 
@@ -258,8 +256,8 @@ def test_hosted_tools_are_left_out_the_model_is_told_and_client_tools_become_fun
         "local_shell",
         "exec_command",
     ]
-    assert request.tool_map.skipped_kinds == ["web_search", "brand_new_kind"]
-    assert request.tool_map.unavailable == ["web_search", "brand_new_kind"]
+    assert request.catalogue.skipped == ["web_search", "brand_new_kind"]
+    assert request.catalogue.unavailable == ["web_search", "brand_new_kind"]
     system = request.body["messages"][0]
     assert system["role"] == "system"
     assert system["content"].startswith("Note: these tools are not available here")
@@ -325,11 +323,10 @@ _IDS = itertools.count()
 
 def failed_output(text: str, reasoning: str | None = None) -> list[dict[str, Any]]:
     """The output of a response that failed mid-answer, as the gateway streams it."""
-    envelope = Envelope.for_request(parse_request({"model": "m", "input": "hi"}), "resp_x", 0)
-    translator = ChatStreamTranslator(envelope, ToolMap(), lambda prefix: f"{prefix}_{next(_IDS)}")
+    translator = chat_translator([], response_id="resp_x", new_id=lambda prefix: f"{prefix}_{next(_IDS)}")
     delta = {"content": text} | ({"reasoning_content": reasoning} if reasoning else {})
     translator.feed({"choices": [{"index": 0, "delta": delta}]})
-    *_, failed = translator.fail(ModelOutputLoop("stopped"))
+    *_, failed = translator.turn.fail(ModelOutputLoop("stopped"))
     output: list[dict[str, Any]] = failed["response"]["output"]
     return output
 

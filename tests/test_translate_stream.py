@@ -4,25 +4,25 @@ bytes were split, and says what the upstream said."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from codexgate.backends.chat import ChatBackend, UpstreamTarget
+from codexgate.backends.chat import ChatBackend
+from codexgate.backends.http_stream import UpstreamTarget
 from codexgate.errors import GatewayError, UpstreamStreamCut
+from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.cuts import cut_ids
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.envelope import Envelope
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.translate.stream import ChatStreamTranslator
-from codexgate.translate.tools import translate_tools
+from codexgate.translate.tools import chat_tools
 from codexgate.wire.responses import parse_request
-from codexgate.wire.sse import SSEDecoder
 from tests.support.openresponses import TERMINAL_EVENT_TYPES, validate_stream
+from tests.support.turns import chat_translator, fold, sse_of, translate_sse
 
 Event = dict[str, Any]
 
@@ -60,18 +60,23 @@ NAMESPACE_TOOL: dict[str, Any] = {
 # -- harness
 
 
-def counter_ids() -> Callable[[str], str]:
-    counter = itertools.count()
-    return lambda prefix: f"{prefix}_{next(counter)}"
-
-
 def make_translator(tools: list[dict[str, Any]] | None = None, *,
-                    input_estimate: int = INPUT_ESTIMATE) -> ChatStreamTranslator:
+                    input_estimate: int = INPUT_ESTIMATE, **options: Any) -> ChatStreamTranslator:
     tools = CODEX_TOOLS if tools is None else tools
-    body = {"model": "test-model", "input": "hi", "tools": tools}
-    envelope = Envelope.for_request(parse_request(body), "resp_test", 0)
-    _, tool_map = translate_tools(tools)
-    return ChatStreamTranslator(envelope, tool_map, counter_ids(), input_token_estimate=input_estimate)
+    return chat_translator(tools, input_token_estimate=input_estimate, **options)
+
+
+def translate_bytes(data: bytes, split: int | None = None,
+                    translator: ChatStreamTranslator | None = None) -> list[Event]:
+    """decode -> orjson.loads -> feed, the way the backend drives the translator (see
+    tests/support/turns.py translate_sse)."""
+    return translate_sse(translator or make_translator(), pieces(data, split))
+
+
+def translate_chunks(chunks: Iterable[Any], translator: ChatStreamTranslator | None = None,
+                     *, done: bool = True) -> list[Event]:
+    """Synthetic chunk objects, through the same wire path."""
+    return translate_bytes(sse_of(chunks, done), None, translator)
 
 
 def pieces(data: bytes, size: int | None) -> Iterator[bytes]:
@@ -80,48 +85,6 @@ def pieces(data: bytes, size: int | None) -> Iterator[bytes]:
         return
     for i in range(0, len(data), size):
         yield data[i : i + size]
-
-
-def translate_bytes(data: bytes, split: int | None = None,
-                    translator: ChatStreamTranslator | None = None) -> list[Event]:
-    """decode -> orjson.loads -> feed, the way the backend drives the translator: `[DONE]` is the
-    end-of-stream marker, EOF is finish(), and a GatewayError (an error object, a cut) ends the
-    stream through fail(). Data that is not JSON is skipped, as the backend's read loop does."""
-    translator = translator or make_translator()
-    decoder = SSEDecoder()
-    events = translator.start()
-
-    def handle(payloads: list[bytes]) -> None:
-        for payload in payloads:
-            if translator.done:
-                return
-            if payload == b"[DONE]":
-                events.extend(translator.end_of_stream_marker())
-                continue
-            try:
-                chunk = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                continue
-            events.extend(translator.feed(chunk))
-
-    try:
-        for piece in pieces(data, split):
-            handle(decoder.feed(piece))
-        handle(decoder.finish())
-        events.extend(translator.finish())
-    except GatewayError as exc:
-        events.extend(translator.pending_events)  # what the failing chunk made, as the backend sends it
-        events.extend(translator.fail(exc))
-    return events
-
-
-def translate_chunks(chunks: Iterable[Any], translator: ChatStreamTranslator | None = None,
-                     *, done: bool = True) -> list[Event]:
-    """Synthetic chunk objects, through the same wire path."""
-    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
-    if done:
-        body += b"data: [DONE]\n\n"
-    return translate_bytes(body, None, translator)
 
 
 def run_fixture(name: str, split: int | None = None) -> list[Event]:
@@ -458,8 +421,7 @@ def test_only_a_failed_response_ends_with_a_cut_marker_naming_its_items(name: st
 
 
 def guarded_translator() -> ChatStreamTranslator:
-    envelope = Envelope.for_request(parse_request({"model": "test-model", "input": "hi"}), "resp_test", 0)
-    return ChatStreamTranslator(envelope, translate_tools([])[1], counter_ids(), loop_guard=True)
+    return chat_translator([], loop_guard=True)
 
 
 def test_a_stopped_loop_names_the_answer_and_the_reasoning_before_it() -> None:
@@ -486,8 +448,8 @@ def test_text_finished_before_a_cut_tool_call_is_named_too() -> None:
 
 
 def test_a_failure_before_any_output_adds_no_marker() -> None:
-    translator = make_translator()
-    events = translator.start() + translator.fail(UpstreamStreamCut("cut before the first token"))
+    turn = make_translator().turn
+    events = turn.start() + turn.fail(UpstreamStreamCut("cut before the first token"))
     validate_stream(events)
     assert output(events) == []
 
@@ -511,8 +473,7 @@ def test_error_object_codes(error: dict[str, Any], code: str) -> None:
 
 def test_namespaced_tool_comes_back_with_its_namespace() -> None:
     tools = [*CODEX_TOOLS, NAMESPACE_TOOL]
-    chat_tools, _ = translate_tools(tools)
-    flat = [t["function"]["name"] for t in chat_tools][-1]
+    flat = [t["function"]["name"] for t in chat_tools(catalogue_of(tools))][-1]
     assert flat == "mcp__srv__do_it"
     events = translate_chunks([
         chunk({"role": "assistant", "content": None}),
@@ -564,12 +525,12 @@ def test_custom_tool_comes_back_as_custom_tool_call() -> None:
 
 
 def test_custom_tool_grammar_reaches_the_upstream_tool() -> None:
-    chat_tools, tool_map = translate_tools([APPLY_PATCH_TOOL])
-    [tool] = chat_tools
+    catalogue = catalogue_of([APPLY_PATCH_TOOL])
+    [tool] = chat_tools(catalogue)
     assert tool["function"]["name"] == "apply_patch"
     assert tool["function"]["parameters"]["required"] == ["input"]
     assert "*** Begin Patch" in tool["function"]["description"]
-    assert tool_map.resolve("apply_patch").kind == "custom"
+    assert catalogue.resolve("apply_patch").kind == "custom"
 
 
 def test_tool_call_without_id_gets_a_minted_call_id() -> None:
@@ -638,11 +599,13 @@ def test_nothing_after_the_terminal_event() -> None:
     finished = chunk({"content": "a"}, "stop",
                      usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
     events = translate_chunks([finished], translator)
+    turn = translator.turn
     assert translator.done
-    assert translator.feed(chunk({"content": "late"})) == []
-    assert translator.finish() == []
-    assert translator.end_of_stream_marker() == []
-    assert translator.fail(GatewayError("late")) == []
+    translator.feed(chunk({"content": "late"}))
+    translator.finish()
+    translator.end_of_stream_marker()
+    assert turn.take() == []
+    assert turn.fail(GatewayError("late")) == []
     validate_stream(events)
 
 
@@ -712,7 +675,7 @@ FOLDED_BODY: dict[str, Any] = {
 def test_fold_matches_the_stream() -> None:
     tools = [*CODEX_TOOLS, APPLY_PATCH_TOOL]
     streamed = translate_chunks(streamed_equivalent(), make_translator(tools))
-    folded = make_translator(tools).fold(FOLDED_BODY)
+    folded = fold(make_translator(tools), FOLDED_BODY)
     validate_stream(streamed)
     validate_stream(folded)
     assert terminal(folded)["type"] == terminal(streamed)["type"] == "response.completed"
@@ -736,7 +699,7 @@ def test_fold_of_a_recorded_stream_matches(name: str) -> None:
     finish = {"openai_length.sse": "length", "ollama_tool_calls.sse": "tool_calls"}.get(name, "stop")
     body = {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": _chat_usage(USAGE[name])}
-    folded = make_translator().fold(body)
+    folded = fold(make_translator(), body)
     validate_stream(folded)
     assert terminal(folded)["response"] == terminal(streamed)["response"]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from codexgate.backends.base import Backend
-from codexgate.backends.chat import ChatBackend, OnceLog, UpstreamTarget
+from codexgate.backends.chat import ChatBackend
+from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.log import OnceLog
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
@@ -26,7 +28,7 @@ from codexgate.redact import (
 from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
-from codexgate.server.faces.responses import RequestReader
+from codexgate.server.faces.responses import RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
 
 log = logging.getLogger("codexgate")
@@ -50,6 +52,7 @@ def upstream_target(
             )
     # Credentials in the URL become a Basic header: a URL is printed in logs and error
     # messages, and aiohttp refuses a URL with credentials next to an Authorization header.
+    assert upstream.base_url is not None, "an HTTP upstream has a base_url (config checks it)"
     base_url, user, password = split_url_credentials(upstream.base_url)
     if user is not None or password is not None:
         if any(name.lower() == "authorization" for name in headers):
@@ -166,7 +169,8 @@ def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str
     for upstream in settings.all_upstreams():
         if upstream.api_key_env and environ.get(upstream.api_key_env):
             found.append(environ[upstream.api_key_env])
-        found += url_secrets(upstream.base_url)
+        if upstream.base_url:
+            found += url_secrets(upstream.base_url)
     return found
 
 
@@ -230,5 +234,5 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
-        reader=RequestReader(history_memo(settings)),
+        faces={"/responses": ResponsesFace(RequestReader(history_memo(settings)))},
     )

@@ -93,8 +93,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# How the gateway talks to an upstream; a backend module per kind (app.py's table).
-UpstreamKind = Literal["chat"]
+# How the gateway talks to an upstream; a backend module per kind (app.py's table):
+# chat: a Chat Completions server; responses: a Responses server; codex: the Codex agent,
+# driven through `codex app-server`.
+UpstreamKind = Literal["chat", "responses", "codex"]
+SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
+# What Codex may ask before it acts (its own approval policy names), and what the gateway,
+# which has no person to ask, answers when it does.
+ApprovalPolicy = Literal["never", "on-request", "untrusted"]
+ApprovalAnswer = Literal["decline", "accept"]
 
 # The settings that make up an upstream's (and a route's) ChatDialect: the dialect is built from
 # the config by these names (`UpstreamConfig.dialect`), so a new one is declared in ChatDialect
@@ -102,10 +109,38 @@ UpstreamKind = Literal["chat"]
 DIALECT_FIELDS = frozenset(f.name for f in dataclasses.fields(ChatDialect))
 
 
+# Settings that only some kinds of upstream read; set on another kind they would do nothing,
+# so they are refused there (a misplaced setting is a mistake, not a wish).
+_KIND_FIELDS: dict[str, frozenset[str]] = {
+    "base_url": frozenset(("chat", "responses")),
+    "api_key_env": frozenset(("chat", "responses")),
+    "headers": frozenset(("chat", "responses")),
+    "connect_timeout": frozenset(("chat", "responses")),
+    "max_retries": frozenset(("chat", "responses")),
+    "extra_body": frozenset(("chat", "responses")),
+    "developer_role": frozenset(("chat",)),
+    "reasoning_replay": frozenset(("chat",)),
+    "send_reasoning_effort": frozenset(("chat",)),
+    "max_tokens_field": frozenset(("chat",)),
+    "include_usage": frozenset(("chat",)),
+    "learn_context_window": frozenset(("chat",)),
+    "default_sampling": frozenset(("chat",)),
+    "tool_format": frozenset(("responses",)),
+    "codex_bin": frozenset(("codex",)),
+    "codex_home": frozenset(("codex",)),
+    "workdir": frozenset(("codex",)),
+    "sandbox": frozenset(("codex",)),
+    "approval": frozenset(("codex",)),
+    "approval_answer": frozenset(("codex",)),
+    "tool_result_timeout": frozenset(("codex",)),
+    "max_threads": frozenset(("codex",)),
+}
+
+
 class UpstreamConfig(_Strict):
     name: str
-    base_url: str
-    kind: UpstreamKind = "chat"  # Chat Completions
+    kind: UpstreamKind = "chat"
+    base_url: str | None = None  # chat and responses: the API base (required)
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float | None = None  # None: the global value
@@ -131,10 +166,33 @@ class UpstreamConfig(_Strict):
     # Stop a model that repeats the same text over and over instead of letting it fill the
     # context window; the response fails with `model_output_loop`, which Codex retries.
     loop_guard: bool = True
+    # responses: how the request's tools are offered. "functions": every tool as a function
+    # (namespaces flattened, custom tools with one `input` string), hosted tools left out, as
+    # any Responses server takes them; "native": as the client sent them (OpenAI, codexgate).
+    tool_format: Literal["functions", "native"] = "functions"
+    # codex: the Codex agent as the model (docs/backends.md).
+    codex_bin: str = "codex"  # the Codex CLI; a name on PATH or a path
+    codex_home: str | None = None  # its CODEX_HOME (config, catalog, sign-in); None: the user's own
+    workdir: str | None = None  # where its threads run commands and edit files; None: the cwd
+    sandbox: SandboxMode = "read-only"
+    approval: ApprovalPolicy = "never"
+    approval_answer: ApprovalAnswer = "decline"
+    # Seconds a Codex turn waits for the client to return a tool call's result; then the call
+    # fails (the model is told) and a late result is refused.
+    tool_result_timeout: float = Field(default=300.0, gt=0)
+    max_threads: int = Field(default=64, gt=0)  # conversations kept as Codex threads (LRU)
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:
         _check_text_tool_calls(self.text_tool_calls)
+        for name in sorted(self.model_fields_set & _KIND_FIELDS.keys()):
+            kinds = _KIND_FIELDS[name]
+            if self.kind not in kinds and getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name} applies to upstreams of kind {' or '.join(sorted(kinds))}, not {self.kind!r}"
+                )
+        if self.kind != "codex" and not self.base_url:
+            raise ValueError(f"an upstream of kind {self.kind!r} needs a base_url")
         return self
 
     def dialect(self) -> ChatDialect:
@@ -143,8 +201,8 @@ class UpstreamConfig(_Strict):
 
     @field_validator("base_url")
     @classmethod
-    def _check_base_url(cls, value: str) -> str:
-        return check_upstream_url(value)
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return check_upstream_url(value) if value is not None else None
 
 
 class ModelConfig(_Strict):

@@ -1,23 +1,44 @@
 """What a backend is, as the server and the router see it: the one seam between a face and
-whatever produces the canonical event stream (a chat upstream today; a Responses upstream or
-`codex app-server` later).
+whatever produces the canonical event stream (a Chat Completions upstream, a Responses
+upstream, `codex app-server`).
 
 `server/` and `routing.py` are written against these protocols only, never against a concrete
 backend, so a new kind of upstream needs a module in `backends/` and a line in `app.py`'s
-table, not a change to the server.
+table, not a change to the server. A backend's `Call.events()` is its turn's run loop
+(translate/turn.py), which makes the one terminal event a guarantee.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Protocol
 
 from codexgate.backends.model_list import ModelList
-from codexgate.wire.responses import ResponsesRequest
+from codexgate.wire.responses import Item, ResponsesRequest
 from codexgate.wire.responses_events import Event
 
-__all__ = ["Backend", "Call", "ContextWindowsView", "Event", "ModelList"]
+__all__ = ["UNKNOWN", "Backend", "Call", "ContextWindowsView", "Event", "Inbound", "ModelList"]
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """What the face knows of a request besides its content: who sent it and which of the
+    client's conversations it continues. Backends that remember conversations between turns
+    (the chat backend's translated history, Codex's threads) key them by `conversation`."""
+
+    caller: str | None = None  # the inbound API key's name; None: no key (loopback)
+    # The client's conversation (its prompt_cache_key), scoped to the caller so that one
+    # caller's requests never share memory with another's; None: not known.
+    conversation: str | None = None
+    body_size: int = 0  # bytes of the request body as the client sent it
+    # The first n input items are equal to those of the conversation's previous request (this
+    # list): compared once by the face, so a backend need not compare them again.
+    known_prefix: tuple[list[Item], int] | None = None
+
+
+UNKNOWN = Inbound()  # a request nothing is known of
 
 
 class Call(Protocol):
@@ -65,8 +86,9 @@ class Backend(Protocol):
         """The context windows learned from the upstream; None when not learned."""
         ...
 
-    def call(self, req: ResponsesRequest, upstream_model: str) -> Call:
-        """Prepare one request (nothing is sent before `open()`)."""
+    def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> Call:
+        """Prepare one request (nothing is sent before `open()`). Raises InvalidRequest for what
+        this backend cannot carry, naming the field."""
         ...
 
     async def model_ids(self) -> list[str]:

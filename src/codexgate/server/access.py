@@ -16,20 +16,21 @@ _MAX_VALUE = 80  # client-chosen strings (model names, request ids) are cut to t
 
 
 class Exchange:
-    """What one /v1/responses request did, filled in as it runs; `line()` at the end.
+    """What one request to a face did, filled in as it runs; `line()` at the end.
 
     `complete` says the HTTP response is finished: after that, `http.disconnect` is the
     normal end of the exchange (ASGI servers send it then), not the client leaving."""
 
     __slots__ = (
-        "complete", "started", "request_id", "model", "upstream", "status", "outcome",
+        "complete", "started", "request_id", "face", "model", "upstream", "status", "outcome",
         "first_output", "usage", "response_id",
     )  # fmt: skip
 
-    def __init__(self, request_id: str | None = None) -> None:
+    def __init__(self, request_id: str | None = None, face: str | None = None) -> None:
         self.complete = False
         self.started = time.perf_counter()
         self.request_id = request_id
+        self.face = face  # which API the client spoke: responses, chat
         self.model: str | None = None
         self.upstream: str | None = None
         self.status: int | None = None  # the HTTP status sent
@@ -57,6 +58,7 @@ class Exchange:
         first = self.first_output
         fields: dict[str, Any] = {
             "request_id": self.request_id,
+            "face": self.face,
             "response_id": self.response_id,
             "model": self.model,
             "upstream": self.upstream,

@@ -1,10 +1,12 @@
-"""The ASGI app: routes, lifespan, request bodies and limits, health and the model list.
+"""The ASGI app: the route table, lifespan, request bodies and limits, health and the model
+list.
 
 A raw ASGI app rather than a framework: the gateway has a handful of routes and its cost per
-streamed event is the product, so nothing sits between uvicorn and the translator. The
-Responses face (server/faces/responses.py), delivery (server/delivery.py) and the mapping of
-errors to HTTP (server/http_errors.py) are apart; backends are reached through
-backends/base.py only.
+streamed event is the product, so nothing sits between uvicorn and the translator. Each face
+(server/faces/: Responses, Chat Completions) reads its requests into the canonical request and
+chooses the encoder of its answers; one handler serves them all: route, call the backend,
+deliver (server/delivery.py). Errors become HTTP in server/http_errors.py; backends are reached
+through backends/base.py only.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from codexgate.errors import (
 from codexgate.redact import Redactor
 from codexgate.routing import Router
 from codexgate.server.access import Exchange
-from codexgate.server.delivery import ClientGone, deliver_json, deliver_sse, until_disconnect
-from codexgate.server.faces import responses as responses_face
+from codexgate.server.delivery import Ask, ClientGone, Face, deliver, until_disconnect
+from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
 
@@ -39,6 +41,7 @@ log = logging.getLogger("codexgate.server")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 __all__ = ["ClientGone", "GatewayApp", "send_error", "send_json"]
 
@@ -55,10 +58,12 @@ class GatewayApp:
         guard: Guard | None = None,
         redactor: Redactor | None = None,
         body_timeout: float | None = None,
-        reader: responses_face.RequestReader | None = None,
+        faces: dict[str, Face] | None = None,
     ) -> None:
+        """`faces`: the faces by the path they serve under /v1 (POST), e.g.
+        {"/responses": ResponsesFace()}."""
         self.router = router
-        self.reader = reader or responses_face.RequestReader()
+        self.faces = faces if faces is not None else {"/responses": ResponsesFace()}
         self.max_body_bytes = max_body_bytes
         self.guard = guard
         self.redactor = redactor or Redactor()
@@ -66,6 +71,12 @@ class GatewayApp:
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
+        # The route table: path (without /v1) -> method -> handler.
+        self.routes: dict[str, dict[str, Handler]] = {
+            path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
+        }
+        self.routes["/models"] = {"GET": self._models_route}
+        self.routes["/health"] = self.routes["/healthz"] = {"GET": self._health_route}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -108,20 +119,16 @@ class GatewayApp:
         if path.startswith("/v1/"):
             path = path[3:]
         try:
-            if path == "/responses":
-                if method != "POST":
-                    raise InvalidRequest(
-                        "Use POST for /v1/responses.", code=Code.METHOD_NOT_ALLOWED, status=405
-                    )
-                await self._responses(scope, receive, send)
-            elif path == "/models" and method == "GET":
-                await send_json(send, 200, await self._models())
-            elif path in ("/health", "/healthz") and method == "GET":
-                status, health = await self._health()
-                details = scope.get(SHOW_DETAILS, True)
-                await send_json(send, status, health if details else {"status": health["status"]})
-            else:
+            methods = self.routes.get(path)
+            if methods is None:
                 raise NotFound(f"Unknown route: {method} {scope['path']}.")
+            handler = methods.get(method)
+            if handler is None:
+                allowed = " or ".join(sorted(methods))
+                raise InvalidRequest(
+                    f"Use {allowed} for {scope['path']}.", code=Code.METHOD_NOT_ALLOWED, status=405
+                )
+            await handler(scope, receive, send)
         except GatewayError as exc:
             await send_error(send, exc, self.redactor)
         except ClientGone:
@@ -181,20 +188,26 @@ class GatewayApp:
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    # -- /v1/responses
+    # -- the faces: /v1/responses, /v1/chat/completions
 
-    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange(_header(scope, b"x-client-request-id"))
+    def _face_handler(self, face: Face) -> Handler:
+        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+            await self._serve(face, scope, receive, send)
+
+        return handle
+
+    async def _serve(self, face: Face, scope: Scope, receive: Receive, send: Send) -> None:
+        exchange = Exchange(_header(scope, b"x-client-request-id"), face.name)
         try:
             # The body is not kept in a variable: this frame lives as long as the stream.
-            req = self.reader.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
-            exchange.model = req.model
+            ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
+            exchange.model = ask.req.model
             if not self.router.backends and self._on_no_upstream is not None:
                 await self._on_no_upstream()
-            route = self.router.resolve(req.model)
+            route = self.router.resolve(ask.req.model)
             exchange.upstream = route.backend.name
-            call = route.backend.call(req, route.upstream_model)
-            await until_disconnect(receive, exchange, self._answer(call, req.stream, send, exchange))
+            call = route.backend.call(ask.req, route.upstream_model, ask.inbound)
+            await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
             raise
@@ -204,18 +217,23 @@ class GatewayApp:
         finally:
             exchange.log()
 
-    async def _answer(self, call: Call, stream: bool, send: Send, delivery: Exchange) -> None:
+    async def _answer(self, call: Call, ask: Ask, send: Send, delivery: Exchange) -> None:
         await call.open()  # errors before this point are HTTP errors
         events = call.events()
         try:
-            if stream:
-                await deliver_sse(events, send, delivery, self.redactor)
-            else:
-                await deliver_json(events, send, delivery, self.redactor)
+            await deliver(events, ask.encoder, send, delivery, self.redactor)
             async for _ in events:  # the backend drains the upstream after the terminal event
                 pass
         finally:
             await events.aclose()
+
+    async def _health_route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status, health = await self._health()
+        details = scope.get(SHOW_DETAILS, True)
+        await send_json(send, status, health if details else {"status": health["status"]})
+
+    async def _models_route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, await self._models())
 
     async def _health(self) -> tuple[int, dict[str, Any]]:
         """Each upstream's reachability (its `/models`, asked at most every few seconds), what

@@ -1,18 +1,23 @@
-"""Delivery: a backend's event batches to the client as an SSE stream or one JSON body, while
-watching for the client leaving (which cancels the upstream request)."""
+"""Delivery: a backend's event batches to the client, through the encoder its face chose (an
+event stream of Responses events or chat chunks, one JSON body), while watching for the client
+leaving (which cancels the upstream request). Delivery knows no face: a face is a module under
+server/faces/ that reads a request and hands over an encoder.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from codexgate.backends.base import Inbound
 from codexgate.errors import GatewayError
 from codexgate.redact import Redactor
 from codexgate.server.access import Exchange
-from codexgate.server.faces.responses import encode_batch, final_body
-from codexgate.server.http_errors import Send, failed_response, redact_failure, send_json
+from codexgate.server.http_errors import Send, redact_failure, send_json
+from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import FAILED, TERMINAL, Event
 
 log = logging.getLogger("codexgate.server")
@@ -30,32 +35,89 @@ class ClientGone(Exception):
     """The client disconnected before the answer was complete."""
 
 
-async def deliver_sse(
-    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
+class StreamEncoder:
+    """How a face writes a streamed answer: the response head, each batch of events, and what
+    follows the terminal batch."""
+
+    headers: list[tuple[bytes, bytes]] = SSE_HEADERS
+
+    def batch(self, events: list[Event]) -> bytes:
+        raise NotImplementedError
+
+    def end(self, terminal: Event) -> bytes:
+        """Bytes after the batch holding the terminal event (e.g. `data: [DONE]`)."""
+        return b""
+
+
+class BodyEncoder:
+    """How a face writes a non-streamed answer, from the terminal event."""
+
+    def whole(self, terminal: Event) -> tuple[int, Any]:
+        """(HTTP status, JSON body)."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class Ask:
+    """A request as a face read it: the canonical request, what is known of it, and how the
+    answer is to be written."""
+
+    req: ResponsesRequest
+    inbound: Inbound
+    encoder: StreamEncoder | BodyEncoder
+
+
+class Face(Protocol):
+    """What a client speaks, as the server sees it (a module under server/faces/)."""
+
+    @property
+    def name(self) -> str:
+        """For the access log: `responses`, `chat`."""
+        ...
+
+    def read(self, body: bytes, caller: str | None) -> Ask:
+        """The request as the canonical request and the encoder of its answer. Raises
+        InvalidRequest (a 400 naming the field) for a body this face cannot read."""
+        ...
+
+
+async def deliver_stream(
+    events: AsyncIterator[list[Event]],
+    encoder: StreamEncoder,
+    send: Send,
+    delivery: Exchange,
+    redactor: Redactor,
 ) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    await send({"type": "http.response.start", "status": 200, "headers": encoder.headers})
     delivery.status = 200
     batches = 0
+    terminal: Event | None = None
     async for batch in events:
-        last = batch[-1]["type"]
-        if last == FAILED:
-            redact_failure(batch[-1], redactor)
-        await send({"type": "http.response.body", "body": encode_batch(batch), "more_body": True})
+        last = batch[-1]
+        if last["type"] == FAILED:
+            redact_failure(last, redactor)
+        await send({"type": "http.response.body", "body": encoder.batch(batch), "more_body": True})
         batches += 1
         if batches == 2:  # the first batch after response.created/in_progress
             delivery.saw_output()
-        if last in TERMINAL:
-            delivery.ended_with(batch[-1])
+        if last["type"] in TERMINAL:
+            terminal = last
+            delivery.ended_with(last)
             break
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
     delivery.complete = True
-    await send({"type": "http.response.body", "body": b""})
+    tail = encoder.end(terminal) if terminal is not None else b""
+    await send({"type": "http.response.body", "body": tail})
 
 
-async def deliver_json(
-    events: AsyncIterator[list[Event]], send: Send, delivery: Exchange, redactor: Redactor
+async def deliver_body(
+    events: AsyncIterator[list[Event]],
+    encoder: BodyEncoder,
+    send: Send,
+    delivery: Exchange,
+    redactor: Redactor,
 ) -> None:
-    """Non-streaming: the same events, folded into the final response object."""
+    """Non-streaming: the same events, folded into one body by the face's encoder."""
     final: Event | None = None
     batches = 0
     async for batch in events:
@@ -71,13 +133,23 @@ async def deliver_json(
     delivery.complete = True
     if final["type"] == FAILED:
         redact_failure(final, redactor)
-        delivery.ended_with(final)
-        status, body = failed_response(final)
-    else:
-        delivery.ended_with(final)
-        status, body = 200, final_body(final)
+    delivery.ended_with(final)
+    status, body = encoder.whole(final)
     delivery.status = status
     await send_json(send, status, body)
+
+
+async def deliver(
+    events: AsyncIterator[list[Event]],
+    encoder: StreamEncoder | BodyEncoder,
+    send: Send,
+    delivery: Exchange,
+    redactor: Redactor,
+) -> None:
+    if isinstance(encoder, StreamEncoder):
+        await deliver_stream(events, encoder, send, delivery, redactor)
+    else:
+        await deliver_body(events, encoder, send, delivery, redactor)
 
 
 async def until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable[None]) -> None:

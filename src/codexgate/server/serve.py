@@ -116,7 +116,8 @@ def redact_handlers(redactor: Redactor) -> None:
 def log_startup(settings: Settings, app: GatewayApp) -> None:
     """What the gateway serves, with no secret in it: URL credentials masked, keys by name."""
     for upstream in settings.all_upstreams():
-        log.info("upstream %s: %s", upstream.name, redact_url(upstream.base_url))
+        where = redact_url(upstream.base_url) if upstream.base_url else f"{upstream.codex_bin} app-server"
+        log.info("upstream %s (%s): %s", upstream.name, upstream.kind, where)
     if app.guard is not None and app.guard.keys:
         log.info("API keys in force: %s", ", ".join(app.guard.keys.names))
 

@@ -5,8 +5,13 @@
 (from an injected factory), output indices and sequence numbers, opens and closes items with
 their added/delta/done events in the order the OpenAI API uses, and ends every response with
 exactly one of `response.completed`, `response.incomplete` or `response.failed`, every open item
-closed first. Every backend drives one, so the event grammar Codex holds a server to is written
-once (pydantic-ai's `ModelResponsePartsManager` has the same role).
+closed first. Every backend drives one (through translate/turn.py), so the event grammar Codex
+holds a server to is written once (pydantic-ai's `ModelResponsePartsManager` has the same role).
+
+What differs between backends are options, not code: the chat backend keeps the reasoning text
+in the item's `encrypted_content` (`reasoning_blob`, replayed upstream on the next turn) and
+names a failed response's items in a cut marker (`mark_cuts`, translate/cuts.py); a backend
+whose upstream has its own reasoning blob closes the item with that (`close_reasoning`).
 
 Events are buffered: a call appends to the builder, `take()` hands the batch over. The chat
 translator calls the builder several times per upstream chunk, and one list per chunk is
@@ -23,10 +28,10 @@ from codexgate.errors import GatewayError
 from codexgate.translate.client_calls import client_call_item
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.envelope import Envelope
-from codexgate.translate.reasoning import encode_reasoning
 from codexgate.wire.responses_events import Event
 
 IdFactory = Callable[[str], str]
+ReasoningBlob = Callable[[str], str]  # reasoning text -> the item's encrypted_content
 
 
 class _Text:
@@ -67,11 +72,23 @@ class _OpenText:
 
 
 class ResponseBuilder:
-    def __init__(self, envelope: Envelope, new_id: IdFactory, now: Callable[[], int] = lambda: 0) -> None:
-        """`new_id(prefix)` makes item ids; `now()` is the completion time (seconds)."""
+    def __init__(
+        self,
+        envelope: Envelope,
+        new_id: IdFactory,
+        now: Callable[[], int] = lambda: 0,
+        *,
+        reasoning_blob: ReasoningBlob | None = None,
+        mark_cuts: bool = False,
+    ) -> None:
+        """`new_id(prefix)` makes item ids; `now()` is the completion time (seconds).
+        `reasoning_blob` makes a reasoning item's `encrypted_content` from its text (none
+        without it); `mark_cuts` ends a failed response with a cut marker naming its items."""
         self._env = envelope
         self._new_id = new_id
         self._now = now
+        self._reasoning_blob = reasoning_blob
+        self._mark_cuts = mark_cuts
         self._seq = 0
         self._events: list[Event] = []
         self._output: list[dict[str, Any]] = []  # finished items, by output_index
@@ -166,6 +183,19 @@ class ResponseBuilder:
         """Close the open reasoning and message items (a tool call follows them)."""
         self._close_reasoning()
         self._close_message()
+
+    def close_reasoning(self, encrypted_content: str | None) -> None:
+        """Close the open reasoning item with the upstream's own `encrypted_content` instead of
+        one made by `reasoning_blob` (a Responses upstream's opaque chain of thought)."""
+        self._close_reasoning(encrypted_content, override=True)
+
+    def item(self, item: dict[str, Any]) -> None:
+        """An item passed through as it is (one the gateway has no parts for: a hosted tool's
+        call, a compaction): added and done, in its place among the others."""
+        self.close_text()
+        index = self._take_index()
+        self._event("response.output_item.added", output_index=index, item=item)
+        self._done_item(index, item)
 
     def function_call(
         self, name: str, arguments: str, *, call_id: str | None = None, namespace: str | None = None
@@ -268,7 +298,8 @@ class ResponseBuilder:
             # Closing must never cost the terminal event: keep what closed, drop the rest.
             self._message = self._reasoning = None
         output = self._finished_output()
-        self._mark_cut(output)
+        if self._mark_cuts:
+            self._mark_cut(output)
         self.done = True
         resource = self._env.resource("failed", output, usage=usage, error=error.to_response_error())
         self._event("response.failed", response=resource)
@@ -302,7 +333,7 @@ class ResponseBuilder:
         item = {"type": "message", "id": m.item_id, "status": status, "role": "assistant", "content": [part]}
         self._done_item(m.index, item)
 
-    def _close_reasoning(self) -> None:
+    def _close_reasoning(self, encrypted_content: str | None = None, *, override: bool = False) -> None:
         r = self._reasoning
         if r is None:
             return
@@ -323,12 +354,11 @@ class ResponseBuilder:
             summary_index=0,
             part=part,
         )
-        item = {
-            "type": "reasoning",
-            "id": r.item_id,
-            "summary": [part],
-            "encrypted_content": encode_reasoning(text),
-        }
+        item: dict[str, Any] = {"type": "reasoning", "id": r.item_id, "summary": [part]}
+        if not override and self._reasoning_blob is not None:
+            encrypted_content = self._reasoning_blob(text)
+        if encrypted_content is not None:
+            item["encrypted_content"] = encrypted_content
         self._done_item(r.index, item)
 
     def _done_item(self, index: int, item: dict[str, Any]) -> None:

@@ -8,8 +8,6 @@ from typing import Any
 
 import orjson
 
-CLIENT_CALL_KINDS = frozenset(("tool_search", "local_shell"))
-
 
 def _arguments_object(arguments: str) -> dict[str, Any]:
     try:

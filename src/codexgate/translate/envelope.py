@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from codexgate.translate.tools import UNAVAILABLE_METADATA_KEY, unavailable_metadata
+from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, unavailable_metadata
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others

@@ -16,9 +16,6 @@ import orjson
 from codexgate.errors import InvalidRequest
 from codexgate.wire.responses import Item
 
-# Tools advertised as an input item (Codex's Responses Lite); consumed as tools, not messages.
-ADDITIONAL_TOOLS = "additional_tools"
-
 # History of hosted tools the server ran: the model should know it happened, as a note.
 HOSTED_CALL_KINDS = frozenset(
     (

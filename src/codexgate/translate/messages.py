@@ -13,10 +13,16 @@ from typing import Any
 
 import orjson
 
+from codexgate.translate.catalogue import (
+    ADDITIONAL_TOOLS,
+    CUSTOM_INPUT_PARAM,
+    LOCAL_SHELL_NAME,
+    TOOL_SEARCH_NAME,
+    flat_name,
+)
 from codexgate.translate.cuts import cut_ids, is_cut
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.items import (
-    ADDITIONAL_TOOLS,
     HOSTED_CALL_KINDS,
     agent_message_text,
     hosted_call_note,
@@ -28,7 +34,6 @@ from codexgate.translate.items import (
     unknown_item_note,
 )
 from codexgate.translate.reasoning import decode_reasoning
-from codexgate.translate.tools import CUSTOM_INPUT_PARAM, LOCAL_SHELL_NAME, TOOL_SEARCH_NAME, flat_name
 from codexgate.wire.responses import Item
 
 __all__ = ["LATE_DEVELOPER_PREFIX", "MISSING_OUTPUT", "History", "Message", "Translated", "translate_input"]

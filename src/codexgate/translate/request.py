@@ -11,8 +11,8 @@ from typing import Any, cast
 
 import orjson
 
+from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.items import ADDITIONAL_TOOLS
 from codexgate.translate.messages import (
     LATE_DEVELOPER_PREFIX,
     MISSING_OUTPUT,
@@ -21,8 +21,8 @@ from codexgate.translate.messages import (
     translate_input,
 )
 from codexgate.translate.sampling import family_sampling, for_server
-from codexgate.translate.tools import ToolMap, translate_tool_choice, translate_tools, unavailable_notice
-from codexgate.wire.responses import ResponsesRequest
+from codexgate.translate.tools import chat_tools, translate_tool_choice
+from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
     "LATE_DEVELOPER_PREFIX",
@@ -32,6 +32,10 @@ __all__ = [
     "to_chat_request",
     "tools_of",
 ]
+
+# Chat sampling fields a Chat Completions client may send (server/faces/chat.py keeps them in
+# the canonical request's `extra`): a chat upstream takes them as they are.
+CHAT_SAMPLING_EXTRAS = ("frequency_penalty", "presence_penalty", "logit_bias")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +47,13 @@ class Checkpoint:
     history: History
     tools: list[dict[str, Any]]
     chat_tools: list[dict[str, Any]]
-    tool_map: ToolMap
+    catalogue: ToolCatalogue
 
 
 @dataclass(slots=True)
 class ChatRequest:
     body: dict[str, Any]
-    tool_map: ToolMap
+    catalogue: ToolCatalogue
     checkpoint: Checkpoint  # for the next request of the same conversation
     dropped_items: list[str] = field(default_factory=list)
 
@@ -84,29 +88,31 @@ class ChatRequest:
 def tools_of(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The request's tools: `tools`, then those of every `additional_tools` input item (Codex's
     Responses Lite sends its tools that way and no `tools` at all)."""
-    tools = list(req.tools)
-    for item in req.input:
-        if item.get("type") == ADDITIONAL_TOOLS:
-            tools.extend(item.get("tools") or ())
-    return tools
+    return request_tools(req.tools, req.input)
 
 
 def to_chat_request(
-    req: ResponsesRequest, dialect: ChatDialect, upstream_model: str, earlier: Checkpoint | None = None
+    req: ResponsesRequest,
+    dialect: ChatDialect,
+    upstream_model: str,
+    earlier: Checkpoint | None = None,
+    known: tuple[list[Item], int] | None = None,
 ) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
     the dialect's `extra_body` (upstream and model settings), then the client's own values.
     `earlier`: the checkpoint of an earlier request of the same conversation, translated with
-    the same dialect; what the two share is not translated again (the result is the same)."""
+    the same dialect; what the two share is not translated again (the result is the same).
+    `known`: the leading input items known equal to that earlier request's (Inbound)."""
     tools = tools_of(req)
     if earlier is not None and tools == earlier.tools:
-        chat_tools, tool_map = earlier.chat_tools, earlier.tool_map
+        functions, catalogue = earlier.chat_tools, earlier.catalogue
     else:
-        chat_tools, tool_map = translate_tools(tools)
-    notice = unavailable_notice(tool_map.unavailable)
+        catalogue = catalogue_of(tools)
+        functions = chat_tools(catalogue)
+    notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
-    translated = translate_input(req.input, req.instructions, dialect, notice, history, req.known_prefix)
+    translated = translate_input(req.input, req.instructions, dialect, notice, history, known)
     messages = translated.messages
 
     body: dict[str, Any] = {}
@@ -115,14 +121,17 @@ def to_chat_request(
         if family is not None:
             body.update(for_server(family, None).values)
     body.update(dialect.extra_body)
+    for name in CHAT_SAMPLING_EXTRAS:
+        if name in req.extra:
+            body[name] = req.extra[name]
     body["model"] = upstream_model
     body["messages"] = messages
     body["stream"] = True
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
-    if chat_tools:
-        body["tools"] = chat_tools
-        body["tool_choice"] = translate_tool_choice(req.tool_choice, tool_map)
+    if functions:
+        body["tools"] = functions
+        body["tool_choice"] = translate_tool_choice(req.tool_choice)
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:
@@ -133,14 +142,18 @@ def to_chat_request(
         body["top_p"] = req.top_p
     if req.user is not None:
         body["user"] = req.user
+    if req.stop:
+        body["stop"] = req.stop
+    if req.seed is not None:
+        body["seed"] = req.seed
     effort = (req.reasoning or {}).get("effort")
     if dialect.send_reasoning_effort and isinstance(effort, str):
         body["reasoning_effort"] = effort
     response_format = _response_format((req.text or {}).get("format"))
     if response_format is not None:
         body["response_format"] = response_format
-    checkpoint = Checkpoint(translated.history, tools, chat_tools, tool_map)
-    return ChatRequest(body, tool_map, checkpoint, translated.dropped)
+    checkpoint = Checkpoint(translated.history, tools, functions, catalogue)
+    return ChatRequest(body, catalogue, checkpoint, translated.dropped)
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

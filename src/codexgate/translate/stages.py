@@ -1,10 +1,11 @@
 """The open-model fixes as stages between a backend's semantic output and the response builder.
 Pure and synchronous.
 
-A backend reads its upstream into semantic parts (answer text, reasoning, finished tool calls,
-the end); a `Pipeline` of stages rewrites them; the backend hands what comes out to the
-`ResponseBuilder`. Stages know nothing about the upstream's dialect, so a backend serving an
-open model over another API runs the same ones:
+A backend feeds its upstream's output to the turn (translate/turn.py) as semantic parts (answer
+text, reasoning, tool calls, the end); the turn runs them through a `Pipeline` of stages and
+hands what comes out to the `ResponseBuilder`. Stages know nothing about the upstream's dialect
+and read the request's tools from its neutral catalogue (translate/catalogue.py), so every
+backend serving an open model runs the same ones:
 
 - `ContentStage`: `<think>` text -> reasoning, tool calls written as text -> `TextCall`s
   (translate/content.py, think.py, textcalls.py);
@@ -13,6 +14,8 @@ open model over another API runs the same ones:
   (translate/repair.py);
 - `GrammarCheckStage`: a finished custom tool call's input against the grammar the client
   advertised (translate/patch_grammar.py);
+- `StopSequenceStage`: the request's `stop` sequences, for a backend whose upstream cannot
+  apply them itself (translate/stops.py);
 - `UsageEstimateStage`: token counts when the upstream sent none (Codex only compacts when it
   sees them).
 
@@ -25,20 +28,21 @@ costs only the stages that look at text. A text stage may also offer `feed_text`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Protocol, TypeAlias
 
 from codexgate.errors import GatewayError, ModelOutputLoop
 from codexgate.translate import content as content_module
+from codexgate.translate.catalogue import ToolCatalogue, ToolSpec
 from codexgate.translate.dialect import ThinkMode
 from codexgate.translate.envelope import estimated_usage
 from codexgate.translate.loops import Loop, RepetitionGuard
 from codexgate.translate.patch_grammar import check_custom_input
 from codexgate.translate.repair import repair_arguments
+from codexgate.translate.stops import StopScanner
 from codexgate.translate.textcalls import CallPiece, TextPiece
-from codexgate.translate.tools import ToolMap
 
 # -- the parts
 
@@ -57,23 +61,24 @@ class Reasoning:
     text: str
 
 
-# A tool call recognised in the answer text, named as the model wrote it; the backend resolves
-# it against the request's tools and sends it on as a `ToolCall` when the turn ends.
+# A tool call recognised in the answer text, named as the model wrote it; the turn resolves it
+# against the request's catalogue and sends it on as a `ToolCall` when the model's turn ends.
 TextCall: TypeAlias = CallPiece
 
 
 @dataclass(slots=True)
 class ToolCall:
-    """A finished tool call, named as the client knows it."""
+    """A finished tool call: the request's tool it calls, and what the model passed."""
 
-    name: str
+    spec: ToolSpec
     arguments: str  # a function call's JSON arguments, or a custom tool's raw input
     call_id: str | None = None
-    namespace: str | None = None
-    custom: bool = False
-    client_kind: str | None = None  # a client-executed tool (tool_search, local_shell): its item kind
-    model_name: str = ""  # the name the model called it by (the key of the request's schemas)
     checked: bool = False  # arguments already validated (a call recognised in text)
+
+
+@dataclass(slots=True)
+class Stop:
+    """The model's turn ends here (a stop sequence was met): the upstream is not read further."""
 
 
 @dataclass(slots=True)
@@ -94,7 +99,7 @@ class Finish:
     error: GatewayError | None = None
 
 
-Part: TypeAlias = Text | Reasoning | TextCall | ToolCall | Failure | Finish
+Part: TypeAlias = Text | Reasoning | TextCall | ToolCall | Failure | Stop | Finish
 
 
 class Stage(Protocol):
@@ -295,15 +300,12 @@ class ArgumentRepairStage:
 
     accepts: ClassVar[tuple[type, ...]] = (ToolCall,)
 
-    def __init__(self, schemas: Mapping[str, dict[str, Any] | None], counts: Counter[str] | None) -> None:
-        self._schemas = schemas
+    def __init__(self, counts: Counter[str] | None) -> None:
         self._counts = counts
 
     def feed(self, call: ToolCall) -> list[Part]:
-        if not call.custom and not call.checked:
-            checked = repair_arguments(
-                call.arguments, self._schemas.get(call.model_name), counts=self._counts
-            )
+        if call.spec.kind != "custom" and not call.checked:
+            checked = repair_arguments(call.arguments, call.spec.parameters, counts=self._counts)
             if checked.arguments is not None and checked.outcome == "repaired":
                 call.arguments = checked.arguments
         return [call]
@@ -318,19 +320,46 @@ class GrammarCheckStage:
 
     accepts: ClassVar[tuple[type, ...]] = (ToolCall,)
 
-    def __init__(self, grammars: Mapping[str, dict[str, Any]], counts: Counter[str] | None) -> None:
-        self._grammars = grammars
+    def __init__(self, counts: Counter[str] | None) -> None:
         self._counts = counts
 
     def feed(self, call: ToolCall) -> list[Part]:
-        if call.custom:
-            grammar = self._grammars.get(call.model_name)  # keyed by the flat (chat) name
-            if grammar is not None:
-                call.arguments = check_custom_input(call.arguments, grammar, self._counts).text
+        grammar = call.spec.grammar
+        if call.spec.kind == "custom" and grammar is not None:
+            call.arguments = check_custom_input(call.arguments, grammar, self._counts).text
         return [call]
 
     def flush(self) -> list[Part]:
         return []
+
+
+class StopSequenceStage:
+    """The request's stop sequences: the answer ends before the first one met (the sequence
+    itself is not sent), holding back only text that may start one."""
+
+    accepts: ClassVar[tuple[type, ...]] = (Text,)
+
+    def __init__(self, sequences: list[str]) -> None:
+        self._scanner = StopScanner(sequences)
+
+    def feed_text(self, text: str) -> list[Part] | None:
+        if self._scanner.passes(text):
+            return None
+        return self.feed(Text(text))
+
+    def feed(self, part: Text) -> list[Part]:
+        scanner = self._scanner
+        if scanner.stopped:
+            return []
+        released = scanner.feed(part.text)
+        parts: list[Part] = [Text(released, part.verbatim)] if released else []
+        if scanner.stopped:
+            parts.append(Stop())
+        return parts
+
+    def flush(self) -> list[Part]:
+        held = self._scanner.finish()
+        return [Text(held)] if held else []
 
 
 class UsageEstimateStage:
@@ -352,28 +381,31 @@ class UsageEstimateStage:
 
 
 def build_pipeline(
-    tool_map: ToolMap,
+    catalogue: ToolCatalogue,
     *,
     think_tags: ThinkMode = "off",
     text_tool_calls: str = "off",
     loop_guard: bool = False,
+    stop: list[str] | None = None,
     counts: Counter[str] | None = None,
     input_token_estimate: int = 0,
-    content: content_module.ContentStage | None = None,
 ) -> Pipeline:
-    """The stages for one response, from the upstream's and model's settings. `content`, when
-    given, is used instead of one built from `think_tags` and `text_tool_calls`. Raises
+    """The stages for one response, from the backend's, upstream's and model's settings.
+    `stop`: sequences the gateway applies (None when the upstream applies them). Raises
     ValueError for an unknown `text_tool_calls` mode."""
     stages: list[Stage] = []
-    if content is None and (think_tags != "off" or text_tool_calls != "off"):
+    if think_tags != "off" or text_tool_calls != "off":
         content = content_module.ContentStage(
-            tool_map.schemas, think=think_tags, text_calls=text_tool_calls, counts=counts
+            catalogue.schemas, think=think_tags, text_calls=text_tool_calls, counts=counts
         )
-    if content is not None:
         stages.append(ContentStage(content))
+    if stop:
+        # After the content stage: a stop sequence inside thinking or a text tool call is not
+        # the end of the answer.
+        stages.append(StopSequenceStage(stop))
     if loop_guard:
         stages.append(LoopGuardStage(counts))
-    stages.append(ArgumentRepairStage(tool_map.schemas, counts))
-    stages.append(GrammarCheckStage(tool_map.custom_grammars, counts))
+    stages.append(ArgumentRepairStage(counts))
+    stages.append(GrammarCheckStage(counts))
     stages.append(UsageEstimateStage(input_token_estimate))
     return Pipeline(stages)

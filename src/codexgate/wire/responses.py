@@ -69,15 +69,11 @@ class ResponsesRequest:
     prompt_cache_key: str | None = None
     service_tier: str | None = None
     user: str | None = None
+    # Not in the Responses API: what a Chat Completions client may ask for (server/faces/chat.py),
+    # accepted from Responses clients too. A backend that cannot honour one refuses it.
+    stop: list[str] | None = None
+    seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # Set by the face, not read from the body: the key under which this conversation's last
-    # request is remembered between turns (the client's prompt_cache_key, scoped to the
-    # caller), and the size of the body it came from (what remembering it weighs).
-    history_key: str | None = None
-    body_size: int = 0
-    # The first `n` input items equal those of an earlier request's input list (compared
-    # here, so that a backend remembering that list need not compare them again).
-    known_prefix: tuple[list[Item], int] | None = None
 
 
 _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -97,8 +93,10 @@ _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "prompt_cache_key": (str, True),
     "service_tier": (str, True),
     "user": (str, True),
+    "seed": (int, True),
 }
-_KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice"}
+_KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop"}
+MAX_STOP_SEQUENCES = 4  # OpenAI's limit on `stop`
 # Fields whose meaning a gateway without them would silently change: refused when set.
 _REFUSED_FIELDS = {
     "background": "background responses are not served; send the request without it",
@@ -196,13 +194,19 @@ def decode_json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
-def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None) -> ResponsesRequest:
-    """Validate a decoded /v1/responses body. Raises InvalidRequest naming the parameter.
+def parse_request(data: dict[str, Any]) -> ResponsesRequest:
+    """Validate a decoded /v1/responses body. Raises InvalidRequest naming the parameter."""
+    return parse_continued(data, None)[0]
 
-    `earlier`: a request of the same conversation that was validated before. Codex re-sends
-    the whole history every turn, so the leading input items equal to the earlier request's,
-    and its tools when they are the same, are not checked again: comparing them is C code and
-    some 10x cheaper than walking them (1 MB of history: ~80 us instead of ~1 ms)."""
+
+def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> tuple[ResponsesRequest, int]:
+    """`parse_request` for the next request of a conversation, and how many leading input
+    items it shares with `earlier` (a request of the same conversation validated before).
+
+    Codex re-sends the whole history every turn, so the leading input items equal to the
+    earlier request's, and its tools when they are the same, are not checked again: comparing
+    them is C code and some 10x cheaper than walking them (1 MB of history: ~80 us instead of
+    ~1 ms). Raises InvalidRequest naming the parameter."""
     model = data.get("model")
     if model is None:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
@@ -267,6 +271,7 @@ def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None)
         _validate_text(data["text"])
     if data.get("metadata") is not None:
         _validate_metadata(data["metadata"])
+    stop = _stop_sequences(data.get("stop"))
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
         raise InvalidRequest("'max_output_tokens' must be at least 1.", param="max_output_tokens")
@@ -290,11 +295,30 @@ def parse_request(data: dict[str, Any], earlier: ResponsesRequest | None = None)
         prompt_cache_key=data.get("prompt_cache_key"),
         service_tier=data.get("service_tier"),
         user=data.get("user"),
+        stop=stop,
+        seed=data.get("seed"),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
-    if earlier is not None and known_items:
-        req.known_prefix = (earlier.input, known_items)
-    return req
+    return req, known_items
+
+
+def _stop_sequences(value: Any) -> list[str] | None:
+    """`stop`: a string or an array of at most MAX_STOP_SEQUENCES non-empty strings; None or
+    an empty array is no stop sequence."""
+    if value is None:
+        return None
+    sequences = [value] if isinstance(value, str) else value
+    if not isinstance(sequences, list) or not all(isinstance(s, str) for s in sequences):
+        raise InvalidRequest(
+            "Invalid type for 'stop': expected a string or an array of strings.", param="stop"
+        )
+    if len(sequences) > MAX_STOP_SEQUENCES:
+        raise InvalidRequest(
+            f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences, got {len(sequences)}.", param="stop"
+        )
+    if any(not s for s in sequences):
+        raise InvalidRequest("'stop' sequences must not be empty.", param="stop")
+    return sequences or None
 
 
 def _common_prefix(items: list[Any], earlier: list[Item]) -> int:

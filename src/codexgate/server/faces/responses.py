@@ -2,25 +2,27 @@
 canonical events -> SSE bytes or the JSON body of a non-streamed answer.
 
 The canonical model *is* the Responses model, so this face is thin: validation lives in
-wire/responses.py, framing in wire/sse.py. It is the place a second face (chat completions,
-WebSocket frames) is written next to.
+wire/responses.py, framing in wire/sse.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from codexgate.backends.base import Inbound
 from codexgate.memo import Memo
-from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_request
-from codexgate.wire.responses_events import Event
+from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
+from codexgate.server.http_errors import failed_response
+from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_continued
+from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
-__all__ = ["RequestReader", "encode_batch", "final_body"]
+__all__ = ["RequestReader", "ResponsesFace", "ResponsesJSON", "ResponsesSSE"]
 
 
 class RequestReader:
     """Reads request bodies, remembering each conversation's last request so that the history
-    a client re-sends every turn is validated once (wire/responses.py `parse_request`).
+    a client re-sends every turn is validated once (wire/responses.py `parse_continued`).
 
     A conversation is the client's `prompt_cache_key` (Codex sends its thread id), scoped to
     the caller's API key: one caller's requests never share memory with another's, so timing
@@ -30,27 +32,54 @@ class RequestReader:
     def __init__(self, memo: Memo[ResponsesRequest] | None = None) -> None:
         self._memo = memo
 
-    def read(self, body: bytes, caller: str | None = None) -> ResponsesRequest:
-        """The canonical request. Raises InvalidRequest (a 400 naming the field) for a body
-        that is not JSON or not a valid Responses request."""
+    def read(self, body: bytes, caller: str | None = None) -> tuple[ResponsesRequest, Inbound]:
+        """The canonical request and what is known of it. Raises InvalidRequest (a 400 naming
+        the field) for a body that is not JSON or not a valid Responses request."""
         data = decode_json_body(body)
-        memo = self._memo
         cache_key = data.get("prompt_cache_key")
-        if memo is None or not isinstance(cache_key, str) or not cache_key:
-            return parse_request(data)
-        key = f"{caller or ''}\x00{cache_key}"
-        req = parse_request(data, memo.get(key))
-        req.history_key, req.body_size = key, len(body)
-        memo.put(key, req, len(body))
-        return req
+        if not isinstance(cache_key, str) or not cache_key:
+            req, _ = parse_continued(data, None)
+            return req, Inbound(caller, None, len(body))
+        conversation = f"{caller or ''}\x00{cache_key}"
+        memo = self._memo
+        earlier = memo.get(conversation) if memo is not None else None
+        req, known = parse_continued(data, earlier)
+        if memo is not None:
+            memo.put(conversation, req, len(body))
+        prefix = (earlier.input, known) if earlier is not None and known else None
+        return req, Inbound(caller, conversation, len(body), prefix)
 
 
-def encode_batch(batch: list[Event]) -> bytes:
-    """A batch of events as Server-Sent Events, one `event:`/`data:` block each."""
-    return encode_events(batch)
+class ResponsesSSE(StreamEncoder):
+    """A streamed answer: each event as one `event:`/`data:` block."""
+
+    def batch(self, events: list[Event]) -> bytes:
+        return encode_events(events)
 
 
-def final_body(terminal: Event) -> dict[str, Any]:
-    """A non-streamed answer: the response object the terminal event carries."""
-    resource: dict[str, Any] = terminal["response"]
-    return resource
+class ResponsesJSON(BodyEncoder):
+    """A non-streamed answer: the response object the terminal event carries (a failure: the
+    error status and body of server/http_errors.py)."""
+
+    def whole(self, terminal: Event) -> tuple[int, Any]:
+        if terminal["type"] == FAILED:
+            return failed_response(terminal)
+        return 200, terminal["response"]
+
+
+_SSE = ResponsesSSE()
+_JSON = ResponsesJSON()
+
+
+class ResponsesFace:
+    """`POST /v1/responses`."""
+
+    name = "responses"
+
+    def __init__(self, reader: RequestReader | None = None) -> None:
+        self.reader = reader or RequestReader()
+
+    def read(self, body: bytes, caller: str | None) -> Ask:
+        """Raises InvalidRequest naming the field."""
+        req, inbound = self.reader.read(body, caller)
+        return Ask(req, inbound, _SSE if req.stream else _JSON)
