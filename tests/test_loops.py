@@ -55,7 +55,8 @@ def test_fewer_repeats_than_the_threshold_are_left_alone() -> None:
 
 def real_texts() -> list[Path]:
     files = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
-    files += [ROOT / "README.md", *sorted((ROOT / "tests" / "fixtures").rglob("*.sse"))]
+    files += [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files += sorted((ROOT / "tests" / "fixtures").rglob("*.sse"))
     return files
 
 
