@@ -28,6 +28,7 @@ from codexgate.redact import (
 from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
+from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
 
@@ -234,5 +235,8 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
-        faces={"/responses": ResponsesFace(RequestReader(history_memo(settings)))},
+        faces={
+            "/responses": ResponsesFace(RequestReader(history_memo(settings))),
+            "/chat/completions": ChatFace(),
+        },
     )

@@ -202,3 +202,14 @@ class ModelOutputLoop(UpstreamError):
     """The gateway stopped a generation stuck repeating one piece of text."""
 
     default_code = Code.MODEL_OUTPUT_LOOP
+
+
+def failed_answer(error: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    """A response that failed after the upstream accepted it (the `error` of its
+    `response.failed`), answered as one body instead of a stream: 504 when the upstream timed
+    out, else 502, with the OpenAI error body and the failure's code and message."""
+    error = error or {}
+    status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
+    body = {"error": {"message": error.get("message", ""), "type": "server_error", "param": None,
+                      "code": error.get("code")}}  # fmt: skip
+    return status, body

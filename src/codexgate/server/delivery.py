@@ -96,7 +96,9 @@ async def deliver_stream(
         last = batch[-1]
         if last["type"] == FAILED:
             redact_failure(last, redactor)
-        await send({"type": "http.response.body", "body": encoder.batch(batch), "more_body": True})
+        data = encoder.batch(batch)
+        if data:  # a face may have nothing to say for some events (chat: in_progress)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
         batches += 1
         if batches == 2:  # the first batch after response.created/in_progress
             delivery.saw_output()

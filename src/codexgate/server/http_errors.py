@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from codexgate.errors import Code, GatewayError, RateLimited
+from codexgate.errors import GatewayError, RateLimited, failed_answer
 from codexgate.redact import Redactor
 from codexgate.wire.responses_events import Event
 
@@ -46,16 +46,5 @@ def redact_failure(event: Event, redactor: Redactor) -> None:
 
 
 def failed_response(event: Event) -> tuple[int, dict[str, Any]]:
-    """A non-streamed answer that failed: 504 when the upstream timed out, else 502, with the
-    failure's message and code as an OpenAI-style error body."""
-    error = event["response"].get("error") or {}
-    status = 504 if error.get("code") == Code.UPSTREAM_TIMEOUT else 502
-    body = {
-        "error": {
-            "message": error.get("message", ""),
-            "type": "server_error",
-            "param": None,
-            "code": error.get("code"),
-        }
-    }
-    return status, body
+    """A non-streamed answer that failed (see errors.failed_answer)."""
+    return failed_answer(event["response"].get("error"))

@@ -22,6 +22,7 @@ from codexgate.translate.messages import (
 )
 from codexgate.translate.sampling import family_sampling, for_server
 from codexgate.translate.tools import chat_tools, translate_tool_choice
+from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
 from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
@@ -33,9 +34,6 @@ __all__ = [
     "tools_of",
 ]
 
-# Chat sampling fields a Chat Completions client may send (server/faces/chat.py keeps them in
-# the canonical request's `extra`): a chat upstream takes them as they are.
-CHAT_SAMPLING_EXTRAS = ("frequency_penalty", "presence_penalty", "logit_bias")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from codexgate.errors import InvalidRequest
+from codexgate.wire.checks import check_metadata, check_optional, check_type, stop_sequences
 
 Item = dict[str, Any]
 
@@ -43,10 +44,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # JSON schema (~10 levels); 64 leaves room for any real schema and keeps every echo of the
 # request (a few levels more inside an event) far below what orjson can write.
 MAX_DEPTH = 64
-# OpenAI's documented limits on `metadata`, which is echoed in every response event.
-MAX_METADATA_KEYS = 16
-MAX_METADATA_KEY_CHARS = 64
-MAX_METADATA_VALUE_CHARS = 512
 
 
 @dataclass(slots=True)
@@ -96,7 +93,6 @@ _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "seed": (int, True),
 }
 _KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop"}
-MAX_STOP_SEQUENCES = 4  # OpenAI's limit on `stop`
 # Fields whose meaning a gateway without them would silently change: refused when set.
 _REFUSED_FIELDS = {
     "background": "background responses are not served; send the request without it",
@@ -105,35 +101,6 @@ _REFUSED_FIELDS = {
     # No response is stored yet: the turn would lose the history it points at.
     "previous_response_id": "responses are not stored; send the whole history in 'input'",
 }
-
-_JSON_NAMES = {
-    str: "a string",
-    list: "an array",
-    dict: "an object",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a number",
-}
-
-
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    kinds = expected if isinstance(expected, tuple) else (expected,)
-    return " or ".join(_JSON_NAMES.get(k, k.__name__) for k in kinds)
-
-
-def _check_type(value: Any, expected: type | tuple[type, ...], param: str) -> None:
-    # bool is an int in Python; JSON keeps them apart.
-    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-        raise InvalidRequest(f"Invalid type for '{param}': expected {_type_name(expected)}.", param=param)
-    if not isinstance(value, expected):
-        raise InvalidRequest(f"Invalid type for '{param}': expected {_type_name(expected)}.", param=param)
-
-
-def _check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, ...], param: str) -> None:
-    """`obj[name]`, when present and not null, has the expected JSON type."""
-    value = obj.get(name)
-    if value is not None:
-        _check_type(value, expected, f"{param}.{name}")
 
 
 def _nesting_depth(data: Any) -> int:
@@ -210,7 +177,7 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     model = data.get("model")
     if model is None:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
-    _check_type(model, str, "model")
+    check_type(model, str, "model")
     if not model:
         raise InvalidRequest("'model' must not be empty.", param="model")
     if _CONTROL.search(model):
@@ -252,7 +219,7 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
             if name in data and not nullable:
                 raise InvalidRequest(f"'{name}' must not be null.", param=name)
             continue
-        _check_type(value, expected, name)
+        check_type(value, expected, name)
 
     tools = raw_tools or []
     if not known_tools:
@@ -263,15 +230,15 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
         raise InvalidRequest("Invalid type for 'tool_choice'.", param="tool_choice")
     if isinstance(tool_choice, dict):
         for name in ("type", "name", "namespace", "mode"):
-            _check_optional(tool_choice, name, str, "tool_choice")
+            check_optional(tool_choice, name, str, "tool_choice")
     if data.get("reasoning") is not None:
         for name in ("effort", "summary"):
-            _check_optional(data["reasoning"], name, str, "reasoning")
+            check_optional(data["reasoning"], name, str, "reasoning")
     if data.get("text") is not None:
         _validate_text(data["text"])
     if data.get("metadata") is not None:
-        _validate_metadata(data["metadata"])
-    stop = _stop_sequences(data.get("stop"))
+        check_metadata(data["metadata"])
+    stop = stop_sequences(data.get("stop"))
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
         raise InvalidRequest("'max_output_tokens' must be at least 1.", param="max_output_tokens")
@@ -300,25 +267,6 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
     return req, known_items
-
-
-def _stop_sequences(value: Any) -> list[str] | None:
-    """`stop`: a string or an array of at most MAX_STOP_SEQUENCES non-empty strings; None or
-    an empty array is no stop sequence."""
-    if value is None:
-        return None
-    sequences = [value] if isinstance(value, str) else value
-    if not isinstance(sequences, list) or not all(isinstance(s, str) for s in sequences):
-        raise InvalidRequest(
-            "Invalid type for 'stop': expected a string or an array of strings.", param="stop"
-        )
-    if len(sequences) > MAX_STOP_SEQUENCES:
-        raise InvalidRequest(
-            f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences, got {len(sequences)}.", param="stop"
-        )
-    if any(not s for s in sequences):
-        raise InvalidRequest("'stop' sequences must not be empty.", param="stop")
-    return sequences or None
 
 
 def _common_prefix(items: list[Any], earlier: list[Item]) -> int:
@@ -361,29 +309,29 @@ def _validate_item(item: Any, param: str) -> None:
         value = item.get(name)
         if value is None:
             raise InvalidRequest(f"Missing required parameter: '{param}.{name}'.", param=f"{param}.{name}")
-        _check_type(value, expected, f"{param}.{name}")
+        check_type(value, expected, f"{param}.{name}")
         if isinstance(value, list):
             _validate_parts(value, f"{param}.{name}")
     if kind in ("function_call", "custom_tool_call"):
-        _check_optional(item, "namespace", str, param)
+        check_optional(item, "namespace", str, param)
     elif kind == "additional_tools":
         for index, tool in enumerate(item["tools"]):
             _validate_tool(tool, f"{param}.tools[{index}]")
     elif kind == "agent_message":
-        _check_optional(item, "author", str, param)
-        _check_optional(item, "recipient", str, param)
+        check_optional(item, "author", str, param)
+        check_optional(item, "recipient", str, param)
     elif kind == "local_shell_call":
-        _check_optional(item, "action", dict, param)
+        check_optional(item, "action", dict, param)
     elif kind == "tool_search_call":
-        _check_optional(item, "arguments", (dict, str), param)
+        check_optional(item, "arguments", (dict, str), param)
     elif kind == "tool_search_output":
-        _check_optional(item, "tools", list, param)
+        check_optional(item, "tools", list, param)
     elif kind == "reasoning":
-        _check_optional(item, "encrypted_content", str, param)
+        check_optional(item, "encrypted_content", str, param)
         for name in ("summary", "content"):
             value = item.get(name)
             if value is not None:
-                _check_type(value, list, f"{param}.{name}")
+                check_type(value, list, f"{param}.{name}")
                 _validate_parts(value, f"{param}.{name}")
 
 
@@ -395,20 +343,20 @@ def _validate_tool(tool: Any, param: str) -> None:
         _validate_function_tool(tool, param)
         function = tool.get("function")  # the Chat Completions shape, sent by some clients
         if function is not None:
-            _check_type(function, dict, f"{param}.function")
+            check_type(function, dict, f"{param}.function")
             _validate_function_tool(function, f"{param}.function")
     elif kind == "custom":
         _validate_custom_tool(tool, param)
     elif kind == "namespace":
-        _check_optional(tool, "name", str, param)
-        _check_optional(tool, "description", str, param)
+        check_optional(tool, "name", str, param)
+        check_optional(tool, "description", str, param)
         subtools = tool.get("tools")
         if subtools is not None:
-            _check_type(subtools, list, f"{param}.tools")
+            check_type(subtools, list, f"{param}.tools")
             for index, sub in enumerate(subtools):
                 sub_param = f"{param}.tools[{index}]"
-                _check_type(sub, dict, sub_param)
-                _check_optional(sub, "type", str, sub_param)
+                check_type(sub, dict, sub_param)
+                check_optional(sub, "type", str, sub_param)
                 if sub.get("type") == "custom":
                     _validate_custom_tool(sub, sub_param)
                 else:
@@ -416,50 +364,32 @@ def _validate_tool(tool: Any, param: str) -> None:
 
 
 def _validate_custom_tool(tool: dict[str, Any], param: str) -> None:
-    _check_optional(tool, "name", str, param)
-    _check_optional(tool, "description", str, param)
+    check_optional(tool, "name", str, param)
+    check_optional(tool, "description", str, param)
     fmt = tool.get("format")
     if fmt is not None:
-        _check_type(fmt, dict, f"{param}.format")
+        check_type(fmt, dict, f"{param}.format")
         for name in ("type", "syntax", "definition"):
-            _check_optional(fmt, name, str, f"{param}.format")
+            check_optional(fmt, name, str, f"{param}.format")
 
 
 def _validate_function_tool(tool: dict[str, Any], param: str) -> None:
-    _check_optional(tool, "name", str, param)
-    _check_optional(tool, "description", str, param)
-    _check_optional(tool, "parameters", dict, param)
-    _check_optional(tool, "strict", bool, param)
+    check_optional(tool, "name", str, param)
+    check_optional(tool, "description", str, param)
+    check_optional(tool, "parameters", dict, param)
+    check_optional(tool, "strict", bool, param)
 
 
 def _validate_text(text: dict[str, Any]) -> None:
-    _check_optional(text, "verbosity", str, "text")
+    check_optional(text, "verbosity", str, "text")
     fmt = text.get("format")
     if fmt is None:
         return
-    _check_type(fmt, dict, "text.format")
+    check_type(fmt, dict, "text.format")
     for name in ("type", "name", "description"):
-        _check_optional(fmt, name, str, "text.format")
-    _check_optional(fmt, "schema", dict, "text.format")
-    _check_optional(fmt, "strict", bool, "text.format")
-
-
-def _validate_metadata(metadata: dict[str, Any]) -> None:
-    if len(metadata) > MAX_METADATA_KEYS:
-        raise InvalidRequest(
-            f"'metadata' may hold at most {MAX_METADATA_KEYS} keys, got {len(metadata)}.", param="metadata"
-        )
-    for key, value in metadata.items():
-        if len(key) > MAX_METADATA_KEY_CHARS:
-            raise InvalidRequest(
-                f"'metadata' keys may be at most {MAX_METADATA_KEY_CHARS} characters long.", param="metadata"
-            )
-        param = f"metadata.{key}"
-        _check_type(value, str, param)
-        if len(value) > MAX_METADATA_VALUE_CHARS:
-            raise InvalidRequest(
-                f"'{param}' may be at most {MAX_METADATA_VALUE_CHARS} characters long.", param=param
-            )
+        check_optional(fmt, name, str, "text.format")
+    check_optional(fmt, "schema", dict, "text.format")
+    check_optional(fmt, "strict", bool, "text.format")
 
 
 def _validate_parts(parts: list[Any], param: str) -> None:
@@ -467,6 +397,6 @@ def _validate_parts(parts: list[Any], param: str) -> None:
         part_param = f"{param}[{index}]"
         if not isinstance(part, dict):
             raise InvalidRequest(f"Invalid type for '{part_param}': expected an object.", param=part_param)
-        _check_optional(part, "type", str, part_param)
-        _check_optional(part, "text", str, part_param)
-        _check_optional(part, "encrypted_content", str, part_param)
+        check_optional(part, "type", str, part_param)
+        check_optional(part, "text", str, part_param)
+        check_optional(part, "encrypted_content", str, part_param)

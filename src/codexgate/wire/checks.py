@@ -1,0 +1,96 @@
+"""The checks both faces' request validation is written with (wire/responses.py, wire/chat.py):
+JSON types named as a client reads them, and the limits both faces hold a request to. No I/O.
+Each raises InvalidRequest naming the parameter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codexgate.errors import InvalidRequest
+
+__all__ = [
+    "MAX_METADATA_KEYS",
+    "MAX_METADATA_KEY_CHARS",
+    "MAX_METADATA_VALUE_CHARS",
+    "MAX_STOP_SEQUENCES",
+    "NUMBER",
+    "check_metadata",
+    "check_optional",
+    "check_type",
+    "stop_sequences",
+]
+
+# OpenAI's documented limits on `metadata`, which is echoed in every response event.
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+MAX_STOP_SEQUENCES = 4  # OpenAI's limit on `stop`
+
+NUMBER = (int, float)
+_JSON_NAMES = {
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+}
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    if kinds == NUMBER:
+        return "a number"
+    return " or ".join(_JSON_NAMES.get(k, k.__name__) for k in kinds)
+
+
+def check_type(value: Any, expected: type | tuple[type, ...], param: str) -> None:
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    # bool is an int in Python; JSON keeps them apart.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise InvalidRequest(f"Invalid type for '{param}': expected {_type_name(expected)}.", param=param)
+
+
+def check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, ...], param: str) -> Any:
+    """`obj[name]` when present and not null, checked against `expected`; else None."""
+    value = obj.get(name)
+    if value is not None:
+        check_type(value, expected, f"{param}.{name}")
+    return value
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidRequest(
+            f"'metadata' may hold at most {MAX_METADATA_KEYS} keys, got {len(metadata)}.", param="metadata"
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"'metadata' keys may be at most {MAX_METADATA_KEY_CHARS} characters long.", param="metadata"
+            )
+        param = f"metadata.{key}"
+        check_type(value, str, param)
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidRequest(
+                f"'{param}' may be at most {MAX_METADATA_VALUE_CHARS} characters long.", param=param
+            )
+
+
+def stop_sequences(value: Any) -> list[str] | None:
+    """`stop`: a string or an array of at most MAX_STOP_SEQUENCES non-empty strings, as a
+    list; None or an empty array is no stop sequence."""
+    if value is None:
+        return None
+    sequences = [value] if isinstance(value, str) else value
+    if not isinstance(sequences, list) or not all(isinstance(s, str) for s in sequences):
+        raise InvalidRequest(
+            "Invalid type for 'stop': expected a string or an array of strings.", param="stop"
+        )
+    if len(sequences) > MAX_STOP_SEQUENCES:
+        raise InvalidRequest(
+            f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences, got {len(sequences)}.", param="stop"
+        )
+    if any(not s for s in sequences):
+        raise InvalidRequest("'stop' sequences must not be empty.", param="stop")
+    return sequences or None
