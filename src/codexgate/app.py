@@ -12,8 +12,10 @@ from typing import Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.chat import ChatBackend
+from codexgate.backends.codex import CodexBackend, CodexTarget
 from codexgate.backends.http_stream import UpstreamTarget
 from codexgate.backends.log import OnceLog
+from codexgate.backends.responses import ResponsesBackend
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
@@ -105,6 +107,59 @@ def model_backend(upstream: Backend, model: ModelConfig) -> ChatBackend:
     )
 
 
+def responses_backend(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+) -> ResponsesBackend:
+    target = upstream_target(upstream, settings, environ)
+    return ResponsesBackend(target, transport, once, tool_format=upstream.tool_format)
+
+
+def responses_model_backend(upstream: Backend, model: ModelConfig) -> ResponsesBackend:
+    """The Responses upstream's backend with the model's own settings layered on its dialect."""
+    assert isinstance(upstream, ResponsesBackend), "routes of a responses upstream"
+    target = replace(upstream.target, dialect=model.dialect_for(upstream.target.dialect))
+    return ResponsesBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.tool_format)
+
+
+def codex_backend(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+) -> CodexBackend:
+    """The Codex agent through `codex app-server` (started on first use)."""
+    stages = upstream.model_fields_set  # stages an agent's answer needs only when asked for
+    target = CodexTarget(
+        name=upstream.name,
+        codex_bin=upstream.codex_bin,
+        codex_home=upstream.codex_home,
+        workdir=os.path.abspath(os.path.expanduser(upstream.workdir or os.getcwd())),
+        sandbox=upstream.sandbox,
+        approval=upstream.approval,
+        approval_answer=upstream.approval_answer,
+        tool_result_timeout=upstream.tool_result_timeout,
+        max_threads=upstream.max_threads,
+        models=tuple(upstream.models),
+        idle_timeout=upstream.idle_timeout or settings.idle_timeout,
+        max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
+        max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
+        loop_guard=upstream.loop_guard,
+        think_tags=upstream.think_tags if "think_tags" in stages else "off",
+        text_tool_calls=upstream.text_tool_calls if "text_tool_calls" in stages else "off",
+    )
+    return CodexBackend(target, environ)
+
+
+def same_backend(upstream: Backend, model: ModelConfig) -> Backend:
+    """Routes of an upstream that takes the model per request share its backend."""
+    return upstream
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind:
     """How to build the backend of one kind of upstream, and its routes."""
@@ -114,7 +169,11 @@ class _Kind:
 
 
 # One line per kind of upstream (config.UpstreamKind).
-BACKEND_KINDS: dict[str, _Kind] = {"chat": _Kind(chat_backend, model_backend)}
+BACKEND_KINDS: dict[str, _Kind] = {
+    "chat": _Kind(chat_backend, model_backend),
+    "responses": _Kind(responses_backend, responses_model_backend),
+    "codex": _Kind(codex_backend, same_backend),
+}
 
 
 def build_backend(
@@ -176,9 +235,10 @@ def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str
 
 
 def _with_log_redaction(
-    redactor: Redactor, startup: Callable[[], Any], transport: Transport
+    redactor: Redactor, startup: Callable[[], Any], transport: Transport, router: Router[Backend]
 ) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """Lifespan hooks: mask secrets in the gateway's log records while it serves."""
+    """Lifespan hooks: mask secrets in the gateway's log records while it serves; release the
+    backends (and the transport) when it stops."""
     uninstall: list[Callable[[], None]] = []
 
     async def on_startup() -> None:
@@ -187,6 +247,7 @@ def _with_log_redaction(
 
     async def on_shutdown() -> None:
         try:
+            await asyncio.gather(*(backend.aclose() for backend in router.backends.values()))
             await transport.aclose()
         finally:
             while uninstall:
@@ -225,7 +286,7 @@ def build_app(
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 
     finder = _LocalServerFinder(settings, router, transport, once, environ)
-    on_startup, on_shutdown = _with_log_redaction(redactor, finder.find, transport)
+    on_startup, on_shutdown = _with_log_redaction(redactor, finder.find, transport, router)
     return GatewayApp(
         router,
         max_body_bytes=settings.max_body_bytes,

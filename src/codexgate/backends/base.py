@@ -98,3 +98,7 @@ class Backend(Protocol):
     async def reachability(self) -> ModelList:
         """Whether the upstream answers and serves models; cached briefly (monitors poll)."""
         ...
+
+    async def aclose(self) -> None:
+        """Release what the backend holds (a Codex backend stops its app-server)."""
+        ...

@@ -260,6 +260,9 @@ class ChatBackend:  # a backends.base.Backend
             self._listing_until = time.monotonic() + _HEALTH_CACHE_SECONDS
         return self._listing
 
+    async def aclose(self) -> None:
+        """Nothing to release: the transport is the app's."""
+
     def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> ChatCall:
         """Raises InvalidRequest for input the upstream could not read. (A dialect naming an
         unknown text tool-call format, which settings refuse, raises ValueError in open().)"""

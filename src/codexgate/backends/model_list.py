@@ -17,6 +17,7 @@ class ModelList:
     base_url: str
     status: int
     models: list[str] = field(default_factory=list)
+    detail: str | None = None  # what went wrong, when the upstream is not an HTTP server
 
     @property
     def cause(self) -> str | None:
@@ -36,6 +37,8 @@ class ModelList:
         """What is wrong, worded by cause with the fix; None when nothing is."""
         url = f"{self.base_url}/models"
         cause = self.cause
+        if cause is not None and self.detail:
+            return f"{cause}: {self.detail}"
         if cause == "unreachable":
             return (
                 f"unreachable: nothing answers at {self.base_url}; is the model server running on that port?"

@@ -97,6 +97,11 @@ class ResponseBuilder:
         self._reasoning: _OpenText | None = None
         self.done = False  # a terminal event was produced
 
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        """The items finished so far, in output order."""
+        return [item for item in self._output if item]
+
     def take(self) -> list[Event]:
         """The events made since the last call."""
         events = self._events
@@ -186,7 +191,18 @@ class ResponseBuilder:
 
     def close_reasoning(self, encrypted_content: str | None) -> None:
         """Close the open reasoning item with the upstream's own `encrypted_content` instead of
-        one made by `reasoning_blob` (a Responses upstream's opaque chain of thought)."""
+        one made by `reasoning_blob` (a Responses upstream's opaque chain of thought). With no
+        reasoning item open, a blob still makes one, with an empty summary: OpenAI's reasoning
+        often has no summary at all, and the blob must reach the client to come back."""
+        if self._reasoning is None and encrypted_content is not None:
+            self.close_text()
+            index = self._take_index()
+            item_id = self._new_id("rs")
+            added = {"type": "reasoning", "id": item_id, "summary": [], "status": "in_progress"}
+            self._event("response.output_item.added", output_index=index, item=added)
+            item = {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": encrypted_content}
+            self._done_item(index, item)
+            return
         self._close_reasoning(encrypted_content, override=True)
 
     def item(self, item: dict[str, Any]) -> None:

@@ -173,6 +173,11 @@ class Turn:
         return self._builder.done
 
     @property
+    def output(self) -> list[dict[str, Any]]:
+        """The response's items finished so far (all of them once it ended)."""
+        return self._builder.output
+
+    @property
     def has_calls(self) -> bool:
         return bool(self._calls)
 
@@ -218,8 +223,10 @@ class Turn:
             self._stop_now()
 
     def close_reasoning(self, encrypted_content: str | None) -> None:
-        """The reasoning item ends here, with the upstream's own `encrypted_content`."""
-        self._builder.close_reasoning(encrypted_content)
+        """The reasoning item ends here, with the upstream's own `encrypted_content` (with
+        none open, a blob makes an item of its own: see ResponseBuilder.close_reasoning)."""
+        if not self.done:
+            self._builder.close_reasoning(encrypted_content)
 
     def open_call(
         self,

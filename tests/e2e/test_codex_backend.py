@@ -1,0 +1,215 @@
+"""The Codex agent as a model: the official `openai` SDK talks to codexgate (chat and Responses
+faces), whose upstream of kind `codex` drives the real `codex app-server` 0.169, whose own model
+provider is a second codexgate over a scripted chat upstream. The scripted model reads the
+conversation it gets and answers as a model would: it calls Codex's tools (a command, a patch),
+the client's own tool, or answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from codexgate.app import build_app
+from codexgate.backends.codex import CodexBackend
+from codexgate.codex_setup import ModelSpec, write_codex_setup
+from codexgate.config import load_settings
+from tests.e2e.codex_cli import codex_binary, sandbox_mode
+from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
+from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
+from tests.support.servers import arun_asgi_server
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "local-coder"
+JSON = dict[str, Any]
+PATCH = "*** Begin Patch\n*** Add File: notes.txt\n+written by codex\n*** End Patch\n"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def prompt_of(body: JSON) -> str:
+    """The user's own words in what Codex sent (the last user message that is not Codex's
+    environment context)."""
+    for message in reversed(body["messages"]):
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        if message["role"] == "user" and "environment_context" not in text:
+            return text
+    return ""
+
+
+def tool_results(body: JSON) -> list[str]:
+    return [str(m.get("content")) for m in body["messages"] if m["role"] == "tool"]
+
+
+def model(body: JSON) -> Any:
+    """The scripted model behind Codex."""
+    prompt, results = prompt_of(body), tool_results(body)
+    if "weather" in prompt:
+        if not results:
+            return tool_calls_reply([("get_weather", json.dumps({"city": "Oslo"}))])
+        return text_reply(f"Oslo: {results[-1]}.")
+    if "hello file" in prompt:
+        if not results:
+            return tool_calls_reply([("exec_command", json.dumps({"cmd": "echo hello > hello.txt"}))])
+        return text_reply("Done.")
+    if "patch" in prompt:
+        if not results:
+            return tool_calls_reply([("apply_patch", json.dumps({"input": PATCH}))])
+        return text_reply("Patched.")
+    if "slow" in prompt:
+        return text_reply("word " * 400, delay_between_chunks=0.05)
+    if "echo" in prompt:
+        return text_reply("answer " + prompt.rsplit("echo", 1)[1].strip(" \"'"))
+    return text_reply("Hi.")
+
+
+@dataclass
+class Agent:
+    chat: openai.AsyncOpenAI
+    fake: FakeUpstream
+    workdir: Path
+    backend: CodexBackend
+
+
+@asynccontextmanager
+async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> AsyncIterator[Agent]:
+    """codexgate (in process) -> codex app-server -> codexgate (loopback) -> FakeUpstream."""
+    fake = FakeUpstream(script)
+    async with arun_asgi_server(fake) as fake_url:
+        inner = load_settings({"upstream": fake_url + "/v1", "discover": False}, environ={})
+        async with arun_asgi_server(build_app(inner, environ={}), lifespan="on") as inner_url:
+            home, work = tmp_path / "home", tmp_path / "work"
+            work.mkdir()
+            setup = write_codex_setup(home, inner_url, [ModelSpec(slug=MODEL, context_window=32768)],
+                                      codex_home=home, base_instructions="Be brief.")  # fmt: skip
+            (home / "config.toml").write_text(setup.config_path.read_text())  # no --profile for app-server
+            sandbox = "workspace-write" if sandbox_mode() == "workspace-write" else "danger-full-access"
+            config = tmp_path / "codexgate.toml"
+            table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary()), "codex_home": str(home),
+                     "workdir": str(work), "sandbox": sandbox, **upstream}  # fmt: skip
+            lines = ["[[upstreams]]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
+            lines += ["[[models]]", 'name = "codex-agent"', 'upstream = "codex"', f'model = "{MODEL}"']
+            config.write_text("\n".join(lines) + "\n")
+            app = build_app(load_settings({"discover": False}, config, environ={}), environ=_environ())
+            async with asgi_lifespan(app):
+                http = httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw/v1", timeout=90)
+                async with http:
+                    client = openai.AsyncOpenAI(api_key="x", base_url="http://gw/v1", http_client=http, max_retries=0)
+                    backend = app.router.backends["codex"]
+                    assert isinstance(backend, CodexBackend)
+                    yield Agent(client, fake, work, backend)
+
+
+def _environ() -> dict[str, str]:
+    """The test's environment without Codex's own variables (tests may run inside Codex)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CODEX_")}
+
+
+def user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        stream = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=user("make the hello file"), stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    work = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    assert text == "Done."
+    assert "echo hello > hello.txt" in work and "[exit code 0]" in work  # the agent's work, as reasoning
+    assert (agent.workdir / "hello.txt").read_text() == "hello\n"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+
+async def test_a_chat_turn_writes_a_file_with_apply_patch_not_streamed(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user("apply the patch"))
+    assert answer.choices[0].message.content == "Patched."
+    assert (agent.workdir / "notes.txt").read_text() == "written by codex\n"
+    assert "notes.txt" in (getattr(answer.choices[0].message, "reasoning_content", None) or "")
+
+
+async def test_the_clients_tool_is_called_inside_the_codex_turn(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        messages: list[Any] = user("what is the weather in Oslo?")
+        first = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[WEATHER])
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        [call] = choice.message.tool_calls or []
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
+        messages += [choice.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]  # fmt: skip
+        second = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[WEATHER])
+        threads = len(agent.backend.threads)
+    assert second.choices[0].message.content == "Oslo: sunny, 21 C."
+    assert "sunny, 21 C" in tool_results(agent.fake.requests[-1].body)  # the result reached the model
+    assert threads == 1  # the same Codex turn went on in the same thread
+
+
+async def test_a_conversation_continues_its_thread_over_the_responses_face(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        first = await agent.chat.responses.create(model="codex-agent", input="echo one")
+        assert first.output_text == "answer one"
+        history: list[Any] = [{"role": "user", "content": "echo one"}]
+        history += [item.model_dump(exclude_none=True) for item in first.output]
+        history.append({"role": "user", "content": "echo two"})
+        second = await agent.chat.responses.create(model="codex-agent", input=history)
+        threads = len(agent.backend.threads)
+    assert second.output_text == "answer two"
+    assert threads == 1
+    last = agent.fake.requests[-1].body["messages"]
+    assert any("answer one" in str(m.get("content")) for m in last if m["role"] == "assistant")
+
+
+async def test_four_conversations_run_at_once(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        async def ask(n: int) -> str | None:
+            answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user(f"echo {n}"))
+            return answer.choices[0].message.content
+
+        answers = await asyncio.gather(*(ask(n) for n in range(4)))
+        threads = len(agent.backend.threads)
+    assert answers == [f"answer {n}" for n in range(4)]
+    assert threads == 4
+
+
+async def test_a_killed_app_server_fails_its_turn_clearly_and_the_next_one_runs(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        stream = await agent.chat.chat.completions.create(model="codex-agent", messages=user("slow"), stream=True)
+        with pytest.raises(openai.APIError) as info:
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    pid = agent.backend.app_server.pid
+                    assert pid is not None
+                    os.killpg(pid, signal.SIGKILL)
+        assert "app-server" in str(info.value.message)
+        again = await agent.chat.chat.completions.create(model="codex-agent", messages=user("echo back"))
+    assert again.choices[0].message.content == "answer back"
+
+
+async def test_what_codex_cannot_honour_is_a_400(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        with pytest.raises(openai.BadRequestError) as info:
+            await agent.chat.chat.completions.create(model="codex-agent", messages=user("hi"), temperature=0.3)
+    assert info.value.body["param"] == "temperature"  # type: ignore[index]
