@@ -110,9 +110,13 @@ async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> A
             config.write_text("\n".join(lines) + "\n")
             app = build_app(load_settings({"discover": False}, config, environ={}), environ=_environ())
             async with asgi_lifespan(app):
-                http = httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw/v1", timeout=90)
+                http = httpx.AsyncClient(
+                    transport=StreamingASGITransport(app), base_url="http://gw/v1", timeout=90
+                )
                 async with http:
-                    client = openai.AsyncOpenAI(api_key="x", base_url="http://gw/v1", http_client=http, max_retries=0)
+                    client = openai.AsyncOpenAI(
+                        api_key="x", base_url="http://gw/v1", http_client=http, max_retries=0
+                    )
                     backend = app.router.backends["codex"]
                     assert isinstance(backend, CodexBackend)
                     yield Agent(client, fake, work, backend)
@@ -144,7 +148,9 @@ async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path
 
 async def test_a_chat_turn_writes_a_file_with_apply_patch_not_streamed(tmp_path: Path) -> None:
     async with codex_agent(tmp_path) as agent:
-        answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user("apply the patch"))
+        answer = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=user("apply the patch")
+        )
     assert answer.choices[0].message.content == "Patched."
     assert (agent.workdir / "notes.txt").read_text() == "written by codex\n"
     assert "notes.txt" in (getattr(answer.choices[0].message, "reasoning_content", None) or "")
@@ -153,14 +159,18 @@ async def test_a_chat_turn_writes_a_file_with_apply_patch_not_streamed(tmp_path:
 async def test_the_clients_tool_is_called_inside_the_codex_turn(tmp_path: Path) -> None:
     async with codex_agent(tmp_path) as agent:
         messages: list[Any] = user("what is the weather in Oslo?")
-        first = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[WEATHER])
+        first = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=messages, tools=[WEATHER]
+        )
         choice = first.choices[0]
         assert choice.finish_reason == "tool_calls"
         [call] = choice.message.tool_calls or []
         assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
         messages += [choice.message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]  # fmt: skip
-        second = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[WEATHER])
+        second = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=messages, tools=[WEATHER]
+        )
         threads = len(agent.backend.threads)
     assert second.choices[0].message.content == "Oslo: sunny, 21 C."
     assert "sunny, 21 C" in tool_results(agent.fake.requests[-1].body)  # the result reached the model
@@ -184,6 +194,7 @@ async def test_a_conversation_continues_its_thread_over_the_responses_face(tmp_p
 
 async def test_four_conversations_run_at_once(tmp_path: Path) -> None:
     async with codex_agent(tmp_path) as agent:
+
         async def ask(n: int) -> str | None:
             answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user(f"echo {n}"))
             return answer.choices[0].message.content
@@ -196,7 +207,9 @@ async def test_four_conversations_run_at_once(tmp_path: Path) -> None:
 
 async def test_a_killed_app_server_fails_its_turn_clearly_and_the_next_one_runs(tmp_path: Path) -> None:
     async with codex_agent(tmp_path) as agent:
-        stream = await agent.chat.chat.completions.create(model="codex-agent", messages=user("slow"), stream=True)
+        stream = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=user("slow"), stream=True
+        )
         with pytest.raises(openai.APIError) as info:
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -211,5 +224,7 @@ async def test_a_killed_app_server_fails_its_turn_clearly_and_the_next_one_runs(
 async def test_what_codex_cannot_honour_is_a_400(tmp_path: Path) -> None:
     async with codex_agent(tmp_path) as agent:
         with pytest.raises(openai.BadRequestError) as info:
-            await agent.chat.chat.completions.create(model="codex-agent", messages=user("hi"), temperature=0.3)
+            await agent.chat.chat.completions.create(
+                model="codex-agent", messages=user("hi"), temperature=0.3
+            )
     assert info.value.body["param"] == "temperature"  # type: ignore[index]
