@@ -228,3 +228,30 @@ async def test_what_codex_cannot_honour_is_a_400(tmp_path: Path) -> None:
                 model="codex-agent", messages=user("hi"), temperature=0.3
             )
     assert info.value.body["param"] == "temperature"  # type: ignore[index]
+
+
+async def test_a_streamed_responses_turn_runs_a_command_and_calls_the_clients_tool(tmp_path: Path) -> None:
+    weather = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+               "parameters": WEATHER["function"]["parameters"]}  # type: ignore[index]  # fmt: skip
+    async with codex_agent(tmp_path) as agent:
+        stream = await agent.chat.responses.create(
+            model="codex-agent", input="make the hello file", stream=True
+        )
+        events = [event async for event in stream]
+        assert events[-1].type == "response.completed"
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        assert [i.type for i in done] == ["reasoning", "message"]
+        work = "".join(part.text for part in done[0].summary)  # type: ignore[union-attr]
+        assert "echo hello > hello.txt" in work
+        assert (agent.workdir / "hello.txt").read_text() == "hello\n"
+
+        first = await agent.chat.responses.create(
+            model="codex-agent", input="weather in Oslo?", tools=[weather]
+        )
+        [call] = [item for item in first.output if item.type == "function_call"]
+        assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Oslo"})
+        history: list[Any] = [{"role": "user", "content": "weather in Oslo?"}]
+        history += [item.model_dump(exclude_none=True) for item in first.output]
+        history.append({"type": "function_call_output", "call_id": call.call_id, "output": "windy"})
+        second = await agent.chat.responses.create(model="codex-agent", input=history, tools=[weather])
+    assert second.output_text == "Oslo: windy."
