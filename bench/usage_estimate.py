@@ -109,7 +109,7 @@ def repo_history(kb: int) -> dict[str, Any]:
     """A Codex-shaped request whose history is real code read by tool calls (this repo's
     sources), as a coding session's history mostly is."""
     body = codex_request(Scenario("text", 1, 1, 0))
-    files = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
+    files = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
     for i in range(10_000):
         if len(json.dumps(body)) >= kb * 1024:
             break

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from codexgate.cli import main
+from tests.server.test_app import gateway
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.servers import run_asgi_server
-from tests.test_app import gateway
 
 
 async def not_found_everywhere(scope: Any, receive: Any, send: Any) -> None:

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from codexgate.backends.server_info import ContextWindow, ContextWindows, probe_context_window, server_root
+from tests.server.test_app import UPSTREAM, gateway
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.test_app import UPSTREAM, gateway
 
 BASE = UPSTREAM
 LLAMA_PROPS = {"/props": {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1}}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
-from tests.test_app import UPSTREAM, gateway, stream_events, terminal
 
 EXEC = {
     "type": "function",
@@ -18,7 +18,7 @@ EXEC = {
     "description": "Run a command.",
     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
 }
-GRAMMAR = (Path(__file__).parent / "fixtures" / "apply_patch.lark").read_text()
+GRAMMAR = (Path(__file__).resolve().parents[1] / "fixtures" / "apply_patch.lark").read_text()
 APPLY_PATCH = {
     "type": "custom",
     "name": "apply_patch",

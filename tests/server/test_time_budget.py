@@ -11,10 +11,10 @@ import httpx
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
+from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply
-from tests.test_app import UPSTREAM, gateway, stream_events, terminal
 
 
 def _client(upstream: Any, **settings: Any) -> httpx.AsyncClient:
@@ -99,7 +99,7 @@ def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeo
     import socket
     import time
 
-    from tests.test_loopback import gateway_process
+    from tests.server.test_loopback import gateway_process
 
     with socket.socket() as deaf:
         deaf.bind(("127.0.0.1", 0))

@@ -1,24 +1,23 @@
-"""Tests for the test infrastructure in tests/support: every other test and the benchmarks rely
-on it, so its wire shapes, streaming and disconnect behaviour are pinned here."""
+"""FakeUpstream (tests/support/fake_upstream.py): the OpenAI wire shapes of its streamed and
+non-streamed replies, its scripts and records, the cuts, stalls and delays it plays, the
+disconnects it counts, and the openai SDK reading it. Every other test and the benchmarks rely on
+it, so these are pinned here."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import httpx
 import openai
 import orjson
 import pytest
 
-from codexgate.backends.transport import AiohttpTransport
-from codexgate.errors import UpstreamConnectError, UpstreamTimeout
-from tests.support._exchange import Receive, Scope, Send
-from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
+from codexgate.errors import UpstreamConnectError
+from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamResponse, ASGIUpstreamTransport
+from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat, chat_body, choice_deltas, chunks_of, open_chat
 from tests.support.fake_upstream import (
     FakeUpstream,
     Reply,
@@ -32,67 +31,8 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
-from tests.support.servers import arun_asgi_server, run_asgi_server
 
-UPSTREAM = "http://upstream.test/v1/chat/completions"
-TIMEOUT = 5.0
-
-
-def chat_body(stream: bool = True, include_usage: bool = True, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "test-model",
-        "messages": [{"role": "user", "content": "hi"}],
-        **extra,
-    }
-    if stream:
-        body["stream"] = True
-        if include_usage:
-            body["stream_options"] = {"include_usage": True}
-    return body
-
-
-def sse_data(raw: bytes) -> list[str]:
-    """The `data:` payloads of an SSE byte stream, strictly framed as `data: ...\\n\\n`."""
-    text = raw.decode()
-    assert text.endswith("\n\n"), text[-50:]
-    events = text[:-2].split("\n\n")
-    assert all(e.startswith("data: ") for e in events), events
-    return [e.removeprefix("data: ") for e in events]
-
-
-def chunks_of(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
-    """Parsed chunks and whether the stream ended with [DONE]."""
-    data = sse_data(raw)
-    done = data[-1] == "[DONE]"
-    assert "[DONE]" not in data[:-1]
-    return [orjson.loads(d) for d in (data[:-1] if done else data)], done
-
-
-async def open_chat(
-    transport: ASGIUpstreamTransport, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> ASGIUpstreamResponse:
-    return await transport.open(
-        "POST", UPSTREAM, headers or {"Content-Type": "application/json"}, orjson.dumps(body), 5.0
-    )
-
-
-async def chat(
-    replies: list[Reply], body: dict[str, Any]
-) -> tuple[FakeUpstream, ASGIUpstreamResponse, list[bytes]]:
-    upstream = FakeUpstream(replies)
-    transport = ASGIUpstreamTransport(upstream)
-    async with asyncio.timeout(TIMEOUT):
-        response = await open_chat(transport, body)
-        pieces = [piece async for piece in response.iter_chunks()]
-        await response.aclose()
-    return upstream, response, pieces
-
-
-def choice_deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-
-
-# -- fake upstream, streamed ---------------------------------------------------------------------
+# -- fake upstream, streamed -----------------------------------------------------------------------
 
 
 async def test_text_reply_streams_openai_shaped_chunks() -> None:
@@ -220,7 +160,7 @@ async def test_tool_calls_after_text() -> None:
     assert deltas[first_call]["tool_calls"][0]["id"] == "call_1"
 
 
-# -- fake upstream, non-streamed and errors ------------------------------------------------------
+# -- fake upstream, non-streamed and errors --------------------------------------------------------
 
 
 async def test_non_streamed_completion() -> None:
@@ -301,7 +241,7 @@ async def test_models_endpoint() -> None:
     assert upstream.model_list_requests == 1
 
 
-# -- scripting and recording -------------------------------------------------------------------
+# -- scripting and recording -----------------------------------------------------------------------
 
 
 async def test_requests_are_recorded_with_lowercased_headers() -> None:
@@ -369,7 +309,7 @@ async def test_exhausted_or_failing_script_answers_500_loudly() -> None:
         assert "KeyError" in orjson.loads(await response.read())["error"]["message"]
 
 
-# -- cuts, stalls, delays ------------------------------------------------------------------------
+# -- cuts, stalls, delays --------------------------------------------------------------------------
 
 
 async def test_cut_reply_breaks_the_connection() -> None:
@@ -434,23 +374,7 @@ async def test_delay_between_chunks_paces_the_stream() -> None:
     assert pieces[-1][0] - pieces[0][0] >= 13 * delay * 0.9
 
 
-# -- disconnects --------------------------------------------------------------------------------
-
-
-async def test_early_aclose_is_seen_as_a_disconnect() -> None:
-    upstream = FakeUpstream([stall_reply("Hello world", stall_seconds=60)])
-    transport = ASGIUpstreamTransport(upstream)
-    async with asyncio.timeout(TIMEOUT):
-        response = await open_chat(transport, chat_body())
-        first = await anext(aiter(response.iter_chunks()))
-        assert b'"role":"assistant"' in first
-        assert upstream.in_flight == 1
-        await response.aclose()
-        await response.aclose()  # idempotent
-    assert upstream.disconnects == 1 and upstream.completed == 0 and upstream.in_flight == 0
-    assert upstream.requests[0].disconnected
-    assert response.closed and response.disconnected and not response.app_running
-    assert not response.forced_cancel  # the app noticed the disconnect by itself
+# -- disconnects, as the fake counts them ----------------------------------------------------------
 
 
 async def test_early_aclose_of_a_fast_stream_is_a_disconnect() -> None:
@@ -466,40 +390,6 @@ async def test_closing_after_the_end_is_not_a_disconnect() -> None:
     upstream, response, _ = await chat([text_reply("short")], chat_body())
     assert upstream.disconnects == 0 and upstream.completed == 1
     assert not response.disconnected and not response.app_running
-
-
-async def test_aclose_from_another_task_wakes_a_blocked_reader() -> None:
-    """A gateway may close the upstream response from its disconnect watcher while its relay
-    task is waiting for the next chunk: the reader must fail at once, not hang."""
-    upstream = FakeUpstream([stall_reply("Hello world", stall_seconds=60)])
-    async with asyncio.timeout(TIMEOUT):
-        response = await open_chat(ASGIUpstreamTransport(upstream), chat_body())
-        first_two = asyncio.Event()
-
-        async def read_all() -> None:
-            count = 0
-            async for _ in response.iter_chunks():
-                count += 1
-                if count == 2:
-                    first_two.set()
-
-        reader = asyncio.create_task(read_all())
-        await first_two.wait()  # the reader is now blocked in the stall
-        await response.aclose()
-        with pytest.raises(UpstreamConnectError):
-            await reader
-    assert upstream.disconnects == 1
-
-
-async def test_transport_aclose_aborts_open_responses() -> None:
-    upstream = FakeUpstream([stall_reply("a", 60), stall_reply("b", 60)])
-    transport = ASGIUpstreamTransport(upstream)
-    async with asyncio.timeout(TIMEOUT):
-        for _ in range(2):
-            await open_chat(transport, chat_body())
-        await transport.aclose()
-    assert upstream.disconnects == 2
-    assert all(r.closed and not r.app_running for r in transport.responses)
 
 
 async def test_send_raising_is_a_disconnect_too() -> None:
@@ -530,279 +420,7 @@ async def test_send_raising_is_a_disconnect_too() -> None:
     assert upstream.in_flight == 0 and body_messages == 4
 
 
-# -- ASGIUpstreamTransport specifics ---------------------------------------------------------------
-
-
-async def test_simulated_connect_failures() -> None:
-    with pytest.raises(UpstreamConnectError):
-        await ASGIUpstreamTransport(None).open("POST", UPSTREAM, {}, b"{}", 1.0)
-
-    upstream = FakeUpstream([text_reply("after recovery")])
-    transport = ASGIUpstreamTransport(upstream, fail_connect=True)
-    with pytest.raises(UpstreamConnectError):
-        await open_chat(transport, chat_body())
-    transport.fail_connect = False
-    async with asyncio.timeout(TIMEOUT):
-        assert (await open_chat(transport, chat_body())).status == 200
-    assert transport.opened == 1
-
-    transport = ASGIUpstreamTransport(upstream, connect_delay=10.0)
-    async with asyncio.timeout(TIMEOUT):
-        with pytest.raises(UpstreamTimeout):
-            await transport.open("POST", UPSTREAM, {}, b"{}", 0.01)
-
-
-async def test_app_crash_before_headers_is_a_connect_error() -> None:
-    async def crashing(scope: Scope, receive: Receive, send: Send) -> None:
-        raise ValueError("boom")
-
-    async with asyncio.timeout(TIMEOUT):
-        with pytest.raises(UpstreamConnectError) as caught:
-            await ASGIUpstreamTransport(crashing).open("GET", UPSTREAM, {}, None, 1.0)
-    assert isinstance(caught.value.__cause__, ValueError)
-
-
-async def test_slow_reader_back_pressures_the_app() -> None:
-    sent = 0
-    finished = asyncio.Event()
-
-    async def firehose(scope: Scope, receive: Receive, send: Send) -> None:
-        nonlocal sent
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        for _ in range(100):
-            await send({"type": "http.response.body", "body": b"x", "more_body": True})
-            sent += 1
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finished.set()
-
-    transport = ASGIUpstreamTransport(firehose, buffer_chunks=4)
-    async with asyncio.timeout(TIMEOUT):
-        response = await transport.open("GET", UPSTREAM, {}, None, 1.0)
-        for _ in range(50):
-            await asyncio.sleep(0)
-        assert sent <= 5 and not finished.is_set()
-        assert len(await response.read()) == 100
-        await finished.wait()
-
-
-# -- StreamingASGITransport --------------------------------------------------------------------------
-
-
-async def test_streaming_client_delivers_chunks_before_the_app_finishes() -> None:
-    release = asyncio.Event()
-    app_finished = False
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        nonlocal app_finished
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
-        await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
-        await release.wait()  # only the client can set this, after it saw the first chunk
-        await send({"type": "http.response.body", "body": b"data: second\n\n"})
-        app_finished = True
-
-    transport = StreamingASGITransport(app)
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(
-        transport=transport, base_url="http://gw"
-    ) as client:
-        async with client.stream("GET", "/events") as response:
-            assert response.status_code == 200 and response.headers["X-A"] == "1"
-            chunks = aiter(response.aiter_raw())
-            assert await anext(chunks) == b"data: first\n\n"
-            assert not app_finished
-            release.set()
-            assert await anext(chunks) == b"data: second\n\n"
-            with pytest.raises(StopAsyncIteration):
-                await anext(chunks)
-    assert app_finished and transport.app_errors == [] and transport.forced_cancellations == 0
-
-
-async def test_streaming_client_early_close_delivers_disconnect() -> None:
-    saw_disconnect = asyncio.Event()
-    app_exited = asyncio.Event()
-
-    async def endless(scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await receive()  # the request body
-
-            async def produce() -> None:
-                await send({"type": "http.response.start", "status": 200, "headers": []})
-                while True:
-                    await send({"type": "http.response.body", "body": b"tick", "more_body": True})
-                    await asyncio.sleep(0)
-
-            producer = asyncio.create_task(produce())
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                saw_disconnect.set()
-            producer.cancel()
-            await asyncio.wait({producer})
-        finally:
-            app_exited.set()
-
-    transport = StreamingASGITransport(endless)
-    async with asyncio.timeout(TIMEOUT):
-        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-            async with client.stream("POST", "/v1/responses", json={}) as response:
-                assert await anext(aiter(response.aiter_raw())) == b"tick"
-            # Leaving the block closed the response: the app must already be gone.
-            assert saw_disconnect.is_set() and app_exited.is_set()
-    assert transport.forced_cancellations == 0 and transport.app_errors == []
-
-
-async def test_client_disconnect_propagates_through_a_proxy_to_the_upstream() -> None:
-    """The chain every gateway test uses: httpx -> app -> ASGIUpstreamTransport -> FakeUpstream.
-    Closing the client response must reach the fake upstream before `stream()` exits."""
-    upstream = FakeUpstream([text_reply("y" * 500, chunk_chars=1, delay_between_chunks=0.001)])
-    upstream_transport = ASGIUpstreamTransport(upstream)
-
-    async def proxy(scope: Scope, receive: Receive, send: Send) -> None:
-        await receive()
-        body = orjson.dumps(chat_body())
-        response = await upstream_transport.open("POST", UPSTREAM, {}, body, 5.0)
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-
-            async def relay() -> None:
-                async for chunk in response.iter_chunks():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
-
-            relaying = asyncio.create_task(relay())
-            watching = asyncio.create_task(receive())
-            await asyncio.wait({relaying, watching}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (relaying, watching):
-                task.cancel()
-            await asyncio.wait({relaying, watching})
-        finally:
-            await response.aclose()
-
-    transport = StreamingASGITransport(proxy)
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
-        async with client.stream("POST", "http://gw/v1/responses", json={}) as response:
-            assert (await anext(aiter(response.aiter_raw()))).startswith(b"data: ")
-        assert upstream.disconnects == 1 and upstream.in_flight == 0
-    assert transport.forced_cancellations == 0 and transport.app_errors == []
-    assert all(r.closed for r in upstream_transport.responses)
-
-
-async def test_streaming_client_cancels_an_app_that_ignores_disconnect() -> None:
-    cancelled = asyncio.Event()
-
-    async def deaf(scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"one", "more_body": True})
-        try:
-            await asyncio.Event().wait()  # never watches receive()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    transport = StreamingASGITransport(deaf, disconnect_grace=0.05)
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
-        async with client.stream("GET", "http://gw/") as response:
-            await anext(aiter(response.aiter_raw()))
-    assert cancelled.is_set() and transport.forced_cancellations == 1
-
-
-async def test_streaming_client_passes_the_request_through() -> None:
-    seen: dict[str, Any] = {}
-
-    async def echo(scope: Scope, receive: Receive, send: Send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        seen.update(scope=scope, body=body)
-        await send({"type": "http.response.start", "status": 201, "headers": []})
-        await send({"type": "http.response.body", "body": body})
-
-    async def upload() -> AsyncIterator[bytes]:
-        for part in (b"streamed ", b"request ", b"body"):
-            yield part
-
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(
-        transport=StreamingASGITransport(echo), base_url="http://gw:8080"
-    ) as client:
-        response = await client.post(
-            "/v1/a%20b?x=1&y=2", content=upload(), headers={"X-Mixed-Case": "v"}
-        )
-    assert response.status_code == 201 and response.content == b"streamed request body"
-    scope = seen["scope"]
-    assert scope["method"] == "POST" and scope["path"] == "/v1/a b"
-    assert scope["raw_path"] == b"/v1/a%20b" and scope["query_string"] == b"x=1&y=2"
-    assert scope["server"] == ("gw", 8080)
-    assert (b"x-mixed-case", b"v") in scope["headers"]
-
-
-async def test_streaming_client_surfaces_app_failures() -> None:
-    async def fails_before(scope: Scope, receive: Receive, send: Send) -> None:
-        raise LookupError("before headers")
-
-    async def fails_during(scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
-        raise LookupError("mid body")
-
-    async with asyncio.timeout(TIMEOUT):
-        async with httpx.AsyncClient(transport=StreamingASGITransport(fails_before)) as client:
-            with pytest.raises(LookupError):
-                await client.get("http://gw/")
-        async with httpx.AsyncClient(transport=StreamingASGITransport(fails_during)) as client:
-            with pytest.raises(LookupError):
-                await client.get("http://gw/")
-
-        quiet = StreamingASGITransport(fails_before, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=quiet) as client:
-            assert (await client.get("http://gw/")).status_code == 500
-        quiet = StreamingASGITransport(fails_during, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=quiet) as client:
-            with pytest.raises(httpx.RemoteProtocolError):
-                await client.get("http://gw/")
-        assert [type(e) for e in quiet.app_errors] == [LookupError]
-
-
-async def test_streaming_client_with_cut_upstream_is_a_protocol_error() -> None:
-    transport = StreamingASGITransport(FakeUpstream([cut_reply("abc")]))
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
-        with pytest.raises(httpx.RemoteProtocolError):
-            await client.post("http://gw/v1/chat/completions", json=chat_body())
-
-
-async def test_asgi_lifespan_state_reaches_requests() -> None:
-    events: list[str] = []
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                events.append(message["type"])
-                if message["type"] == "lifespan.startup":
-                    scope["state"]["pool"] = "ready"
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": scope["state"]["pool"].encode()})
-
-    async with asyncio.timeout(TIMEOUT), asgi_lifespan(app) as state:
-        transport = StreamingASGITransport(app, state=state)
-        async with httpx.AsyncClient(transport=transport) as client:
-            assert (await client.get("http://gw/")).text == "ready"
-    assert events == ["lifespan.startup", "lifespan.shutdown"]
-
-
-async def test_asgi_lifespan_tolerates_apps_without_lifespan() -> None:
-    async def plain(scope: Scope, receive: Receive, send: Send) -> None:
-        assert scope["type"] == "http", "no lifespan here"
-
-    async with asyncio.timeout(TIMEOUT), asgi_lifespan(plain) as state:
-        assert state == {}
-
-
-# -- the openai SDK against the fake upstream (realism check of both) -----------------------------
+# -- the openai SDK against the fake upstream (realism check of both) ------------------------------
 
 
 def sdk_client(app: FakeUpstream) -> openai.AsyncOpenAI:
@@ -868,84 +486,3 @@ async def test_openai_sdk_reads_tool_calls_and_non_streamed_replies() -> None:
     assert all(c["id"].startswith("call_") for c in calls.values())
     assert completion.choices[0].message.content == "plain"
     assert models == ["fake-model"]
-
-
-# -- real servers ---------------------------------------------------------------------------------
-
-
-def test_run_asgi_server_serves_over_tcp() -> None:
-    upstream = FakeUpstream([text_reply("over tcp")], models=["m1"])
-    with run_asgi_server(upstream) as base_url:
-        assert base_url.startswith("http://127.0.0.1:")
-        with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
-            response = client.post("/v1/chat/completions", json=chat_body())
-            models = client.get("/v1/models").json()
-    chunks, done = chunks_of(response.content)
-    assert done and "".join(d.get("content") or "" for d in choice_deltas(chunks)) == "over tcp"
-    assert models["data"][0]["id"] == "m1"
-    assert response.headers["transfer-encoding"] == "chunked"
-    with pytest.raises(httpx.ConnectError):  # shut down: nobody listens any more
-        httpx.get(base_url + "/v1/models", timeout=TIMEOUT)
-
-
-async def test_aiohttp_streams_from_a_served_fake_upstream() -> None:
-    upstream = FakeUpstream([text_reply("streamed", delay_between_chunks=0.01)])
-    async with arun_asgi_server(upstream) as base_url, aiohttp.ClientSession() as session:
-        async with asyncio.timeout(TIMEOUT), session.post(
-            base_url + "/v1/chat/completions", json=chat_body()
-        ) as response:
-            pieces = [piece async for piece in response.content.iter_any()]
-    assert len(pieces) > 1
-    chunks, done = chunks_of(b"".join(pieces))
-    assert done and "".join(d.get("content") or "" for d in choice_deltas(chunks)) == "streamed"
-
-
-async def test_production_transport_sees_the_same_cuts_and_disconnects() -> None:
-    """The in-process semantics must match what AiohttpTransport meets over real TCP."""
-    upstream = FakeUpstream([cut_reply("partial"), stall_reply("slow", 60)])
-    transport = AiohttpTransport()
-    try:
-        async with arun_asgi_server(upstream) as base_url, asyncio.timeout(TIMEOUT):
-            url = base_url + "/v1/chat/completions"
-            body = orjson.dumps(chat_body())
-            response = await transport.open("POST", url, {}, body, 5.0)
-            with pytest.raises(UpstreamConnectError):
-                await response.read()
-            await response.aclose()
-
-            response = await transport.open("POST", url, {}, body, 5.0)
-            await anext(aiter(response.iter_chunks()))
-            await response.aclose()
-            await upstream.wait_for_disconnects(1)
-            assert upstream.requests[1].disconnected and upstream.disconnects == 1
-    finally:
-        await transport.aclose()
-
-
-async def test_arun_asgi_server_in_the_callers_loop() -> None:
-    loop_of_app: list[asyncio.AbstractEventLoop] = []
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return  # no lifespan support: tolerated with lifespan="auto"
-        loop_of_app.append(asyncio.get_running_loop())
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"same loop"})
-
-    async with arun_asgi_server(app, same_loop=True) as base_url:
-        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-            assert (await client.get(base_url)).text == "same loop"
-    assert loop_of_app == [asyncio.get_running_loop()]
-
-
-def test_run_asgi_server_fails_clearly_when_startup_fails() -> None:
-    async def broken(scope: Scope, receive: Receive, send: Send) -> None:
-        assert scope["type"] == "lifespan"
-        await receive()
-        await send({"type": "lifespan.startup.failed", "message": "no config"})
-
-    started = time.monotonic()
-    with pytest.raises(RuntimeError, match="startup"), run_asgi_server(broken):
-        pass
-    assert time.monotonic() - started < TIMEOUT
-

@@ -16,7 +16,7 @@ from tests.support import scripts
 from tests.support.llama_server import llama_binary
 from tests.support.scripts import ScriptFailed, install_once, run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from codexgate.translate.loops import Loop, RepetitionGuard
+from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.openresponses import validate_stream
-from tests.test_app import UPSTREAM, gateway, stream_events, terminal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2_LOOP = "I'm sure you'll find them all to your liking.\n\n"  # seen from SmolLM2 via Codex
 
 
@@ -54,7 +54,7 @@ def test_fewer_repeats_than_the_threshold_are_left_alone() -> None:
 
 
 def real_texts() -> list[Path]:
-    files = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
+    files = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
     files += [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     files += sorted((ROOT / "tests" / "fixtures").rglob("*.sse"))
     return files

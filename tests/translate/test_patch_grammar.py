@@ -21,7 +21,7 @@ from codexgate.translate.patch_grammar import (
     unified_diff_to_patch,
 )
 
-GRAMMAR = (Path(__file__).parent / "fixtures" / "apply_patch.lark").read_text(encoding="utf-8")
+GRAMMAR = (Path(__file__).resolve().parents[1] / "fixtures" / "apply_patch.lark").read_text(encoding="utf-8")
 FMT: dict[str, Any] = {"type": "grammar", "syntax": "lark", "definition": GRAMMAR}
 # What Codex 0.169 advertises when environments are enabled (see fixtures/apply_patch.README.md).
 ENV_GRAMMAR = GRAMMAR.replace(

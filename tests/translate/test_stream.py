@@ -26,7 +26,7 @@ from tests.support.turns import chat_translator, fold, sse_of, translate_sse
 
 Event = dict[str, Any]
 
-FIXTURES_DIR = Path(__file__).parent / "fixtures" / "chat_streams"
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "chat_streams"
 FIXTURES = sorted(p.name for p in FIXTURES_DIR.glob("*.sse"))
 SPLITS = [1, 13, None]  # None: the whole body in one piece
 INPUT_ESTIMATE = 250  # what the backend would pass as input_token_estimate
@@ -42,7 +42,7 @@ CODEX_TOOLS: list[dict[str, Any]] = [
                                                      "content": {"type": "string"}}}},
 ]
 
-APPLY_PATCH_GRAMMAR = (Path(__file__).parent / "fixtures" / "apply_patch.lark").read_text()
+APPLY_PATCH_GRAMMAR = (Path(__file__).resolve().parents[1] / "fixtures" / "apply_patch.lark").read_text()
 
 APPLY_PATCH_TOOL: dict[str, Any] = {
     "type": "custom", "name": "apply_patch",

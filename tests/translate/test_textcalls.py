@@ -16,7 +16,7 @@ import pytest
 from codexgate.translate import textcalls
 from codexgate.translate.textcalls import FORMATS, MODES, CallPiece, Piece, TextPiece, TextToolCallParser
 
-FIXTURES_DIR = Path(__file__).parent / "fixtures" / "textcalls"
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "textcalls"
 FIXTURES = sorted(p.name for p in FIXTURES_DIR.glob("*.json"))
 CANDIDATE_CHARS = "<[{`"
 

@@ -11,7 +11,7 @@ import pytest
 
 from codexgate.wire.sse import SSEDecoder, SSEEventTooLarge, encode_event, encode_events
 
-FIXTURES_DIR = Path(__file__).parent / "fixtures" / "chat_streams"
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "chat_streams"
 FIXTURES = sorted(p.name for p in FIXTURES_DIR.glob("*.sse"))
 
 

@@ -22,7 +22,7 @@ backend serving an open model runs the same ones:
 Each stage declares the part types it `accepts`; the others pass by untouched, so a text delta
 costs only the stages that look at text. A text stage may also offer `feed_text`, which says
 "unchanged" without building parts: the common delta, plain text, then costs a few checks
-(`Pipeline.feed_text`; tests/test_fast_path.py holds it to `feed`'s events).
+(`Pipeline.feed_text`; tests/translate/test_fast_path.py holds it to `feed`'s events).
 """
 
 from __future__ import annotations
