@@ -74,6 +74,10 @@ def model(body: JSON) -> Any:
         if not results:
             return tool_calls_reply([("apply_patch", json.dumps({"input": PATCH}))])
         return text_reply("Patched.")
+    if "clash" in prompt:  # the client's own tool named like one of Codex's: offered prefixed
+        if not results:
+            return tool_calls_reply([("client_apply_patch", json.dumps({"diff": "x"}))])
+        return text_reply(f"Client said: {results[-1]}")
     if "slow" in prompt:
         return text_reply("word " * 400, delay_between_chunks=0.05)
     if "echo" in prompt:
@@ -255,3 +259,20 @@ async def test_a_streamed_responses_turn_runs_a_command_and_calls_the_clients_to
         history.append({"type": "function_call_output", "call_id": call.call_id, "output": "windy"})
         second = await agent.chat.responses.create(model="codex-agent", input=history, tools=[weather])
     assert second.output_text == "Oslo: windy."
+
+
+async def test_a_client_tool_named_like_one_of_codexs_own_still_reaches_the_client(tmp_path: Path) -> None:
+    mine = {"type": "function", "function": {"name": "apply_patch", "description": "The client's own patcher.",
+            "parameters": {"type": "object", "properties": {"diff": {"type": "string"}}}}}  # fmt: skip
+    async with codex_agent(tmp_path) as agent:
+        messages: list[Any] = user("the clash")
+        first = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[mine])
+        [call] = first.choices[0].message.tool_calls or []
+        assert call.function.name == "apply_patch"  # the client's name, not the prefixed one
+        messages += [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "applied"}]  # fmt: skip
+        second = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[mine])
+    assert second.choices[0].message.content == "Client said: applied"
+    offered = [t["function"]["name"] for t in agent.fake.requests[0].body["tools"]]
+    assert "apply_patch" in offered and "client_apply_patch" in offered  # Codex's own and the client's
+    assert not (agent.workdir / "x").exists()

@@ -136,7 +136,7 @@ class ChatCall:
 
     def events(self) -> AsyncGenerator[list[Event], None]:
         """The turn's run loop over this upstream's answer (see Call.events)."""
-        return self.translator.turn.run(self._read())
+        return self.translator.turn.run(self._read(), self._http.aclose)
 
     async def _read(self) -> AsyncIterator[None]:
         """Feed the turn from the answer, yielding after each read; drain after the end."""
@@ -157,7 +157,6 @@ class ChatCall:
             yield None
         finally:
             await answer.aclose()
-            await http.aclose()
 
     def _whole_body(self, raw: bytes) -> None:
         """A 200 answer that is one JSON object: a `chat.completion` (the server ignored

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from codexgate.translate.agent_events import AgentReader
 from codexgate.translate.agent_request import (
     AgentAsk,
     chain_of,
+    client_tool_name,
     dynamic_tools,
     follow_up,
     opening,
@@ -52,6 +53,7 @@ from codexgate.wire.app_server import (
     TOOL_CALL,
     TURN_START,
     ServerRequest,
+    text_output,
 )
 from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import Event
@@ -61,6 +63,7 @@ __all__ = ["CodexBackend", "CodexCall", "CodexTarget"]
 log = logging.getLogger("codexgate.backend")
 
 _LEGACY_APPROVALS = frozenset(("execCommandApproval", "applyPatchApproval"))
+_NOT_RUN = "The client did not run this tool call; it went on with the conversation."
 _HEALTH_CACHE_SECONDS = 5.0
 
 
@@ -99,6 +102,7 @@ class CodexCall:
         self._thread: AgentThread | None = None
         self._turn: Turn | None = None
         self._reader: AgentReader | None = None
+        self._clean = False  # the Codex turn completed, or waits on the client's tools
 
     async def open(self) -> None:
         """Start or continue the Codex turn. Raises GatewayError before anything is streamed:
@@ -155,8 +159,13 @@ class CodexCall:
                 thread.answer(call_id, tool_result(item))
             if turn_input:
                 await self._begin_turn(thread, turn_input)  # steered into a waiting turn
+                # The client went on without running these: the turn must not wait for them.
+                for call_id in list(thread.pending):
+                    thread.answer(call_id, text_output(_NOT_RUN, success=False))
         except BaseException:
-            thread.busy = False
+            # The results went to the turn, which would run on with nobody to read it (and the
+            # client's retry can no longer continue it): it is given up.
+            self._backend.threads.drop(thread, interrupt=True)
             raise
         self._ready(thread)
 
@@ -193,43 +202,44 @@ class CodexCall:
 
     def events(self) -> AsyncGenerator[list[Event], None]:
         assert self._turn is not None, "open() first"
-        return self._turn.run(self._read())
+        return self._turn.run(self._read(), self._end)
 
-    async def _read(self) -> AsyncIterator[None]:
+    async def _read(self) -> AsyncGenerator[None, None]:
         """Feed the response from the thread's inbox until the Codex turn completes or waits on
-        the client's tools. A response that ends any other way (the client left, a failure,
-        the gateway's caps) interrupts the Codex turn and retires the thread."""
+        the client's tools (then `_clean`); `_end` settles the thread however it ended."""
         thread, reader, turn = self._thread, self._reader, self._turn
         assert thread is not None and reader is not None and turn is not None
         target = self._backend.target
         deadline = asyncio.get_running_loop().time() + target.max_request_seconds
-        clean = False
-        try:
-            while True:
-                event = await thread.inbox.get(target.idle_timeout, deadline)
-                if isinstance(event, Gone):
-                    raise event.error
-                if isinstance(event, ToolCallAsked):
-                    reader.tool_call(event.call_id, event.tool, event.namespace, event.arguments)
-                    for more in thread.inbox.take_tool_calls():  # parallel calls: one response
-                        reader.tool_call(more.call_id, more.tool, more.namespace, more.arguments)
-                    reader.finish("tool_calls")
-                    clean = True
-                    yield None
-                    return
-                if reader.feed(event.method, event.params):
-                    thread.turn_id = None
-                    clean = True
-                    yield None
-                    return
+        while True:
+            event = await thread.inbox.get(target.idle_timeout, deadline)
+            if isinstance(event, Gone):
+                raise event.error
+            if isinstance(event, ToolCallAsked):
+                for call in [event, *thread.inbox.take_tool_calls()]:  # parallel calls: one response
+                    reader.tool_call(
+                        call.call_id, client_tool_name(call.tool), call.namespace, call.arguments
+                    )
+                reader.finish("tool_calls")
+                self._clean = True
                 yield None
-        finally:
-            self._settle(thread, turn, clean)
+                return
+            if reader.feed(event.method, event.params):
+                thread.turn_id = None
+                self._clean = True
+                yield None
+                return
+            yield None
 
-    def _settle(self, thread: AgentThread, turn: Turn, clean: bool) -> None:
+    async def _end(self) -> None:
+        """The response ended: file the thread for the conversation's next request, or, when it
+        ended any other way (the client left, even before anything was read; a failure; a cap),
+        give it up and interrupt its Codex turn."""
+        thread, turn = self._thread, self._turn
+        assert thread is not None and turn is not None
         threads = self._backend.threads
         thread.busy = False
-        if clean and turn.done and turn.failure is None:
+        if self._clean and turn.done and turn.failure is None:
             output = [item for item in turn.output if item.get("type") != "reasoning"]
             chain = chain_of(self._ask.root, [*self._req.input, *output], self._ask.opening)
             threads.file(thread, self._inbound.caller, chain[-1][1])

@@ -109,7 +109,7 @@ class ResponsesCall:
 
     def events(self) -> AsyncGenerator[list[Event], None]:
         """The turn's run loop over this upstream's answer (see Call.events)."""
-        return self.reader.turn.run(self._read())
+        return self.reader.turn.run(self._read(), self._http.aclose)
 
     async def _read(self) -> AsyncIterator[None]:
         """Feed the turn from the answer, yielding after each read; drain after the end."""
@@ -130,7 +130,6 @@ class ResponsesCall:
             yield None
         finally:
             await answer.aclose()
-            await http.aclose()
 
     def _whole_body(self, raw: bytes) -> None:
         """A 200 answer that is one JSON object: a response object (the server ignored

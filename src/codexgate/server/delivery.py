@@ -88,11 +88,14 @@ async def deliver_stream(
     delivery: Exchange,
     redactor: Redactor,
 ) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": encoder.headers})
-    delivery.status = 200
+    # The head goes out with the first batch, not before it: the backend's run has then
+    # started, so whatever happens to the client next, closing the run releases the backend.
     batches = 0
     terminal: Event | None = None
     async for batch in events:
+        if not batches:
+            await send({"type": "http.response.start", "status": 200, "headers": encoder.headers})
+            delivery.status = 200
         last = batch[-1]
         if last["type"] == FAILED:
             redact_failure(last, redactor)
@@ -106,10 +109,11 @@ async def deliver_stream(
             terminal = last
             delivery.ended_with(last)
             break
+    if not batches:  # nothing was sent yet: still an HTTP error (the turn's run never does this)
+        raise GatewayError("The stream ended without a terminal event.")
     # End the HTTP response at the terminal event; the backend may still drain the upstream.
     delivery.complete = True
-    tail = encoder.end(terminal) if terminal is not None else b""
-    await send({"type": "http.response.body", "body": tail})
+    await send({"type": "http.response.body", "body": encoder.end(terminal) if terminal else b""})
 
 
 async def deliver_body(

@@ -10,7 +10,7 @@ client runs it and answers in its next request (backends/codex.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -37,7 +37,13 @@ from codexgate.wire.app_server import (
     REASONING_TEXT_DELTA,
     TOKEN_USAGE_UPDATED,
     TURN_COMPLETED,
+    ItemDeltaParams,
+    ItemNotificationParams,
+    TokenUsageParams,
+    TurnNotificationParams,
     error_info_name,
+    error_info_status,
+    turn_id_of,
 )
 
 __all__ = ["AgentReader", "agent_error"]
@@ -63,8 +69,11 @@ def agent_error(error: Any, default: str = "The Codex turn failed.") -> GatewayE
     if not isinstance(error, dict):
         return UpstreamError(default)
     message = error.get("message") if isinstance(error.get("message"), str) else default
-    cls = _ERRORS.get(error_info_name(error.get("codexErrorInfo")) or "", UpstreamError)
-    return cls(f"Codex: {message}")
+    info = error.get("codexErrorInfo")
+    status = error_info_status(info)  # its model provider's HTTP status, when that failed
+    detail = f" (its model provider answered HTTP {status})" if status is not None else ""
+    cls = _ERRORS.get(error_info_name(info) or "", UpstreamError)
+    return cls(f"Codex: {message}{detail}")
 
 
 class AgentReader:
@@ -81,28 +90,32 @@ class AgentReader:
 
     def feed(self, method: str, params: dict[str, Any]) -> bool:
         """Raises GatewayError for a turn that failed or was interrupted."""
-        turn_id = params.get("turnId") or (params.get("turn") or {}).get("id")
+        turn_id = turn_id_of(params)
         if self.turn_id is not None and turn_id is not None and turn_id != self.turn_id:
             return False
+        # Read leniently: each shape is the catalogue's (wire/app_server.py), but a field a
+        # release drops must not cost the answer.
         if method == AGENT_MESSAGE_DELTA:
-            self._agent_text(params.get("itemId"), params.get("delta"))
+            delta = cast(ItemDeltaParams, params)
+            self._agent_text(delta.get("itemId"), delta.get("delta"))
         elif method in (REASONING_SUMMARY_TEXT_DELTA, REASONING_TEXT_DELTA):
-            self._reasoning(params.get("delta"))
+            self._reasoning(cast(ItemDeltaParams, params).get("delta"))
         elif method == REASONING_SUMMARY_PART_ADDED:
             self._reasoning(_PARAGRAPH)
         elif method == COMMAND_OUTPUT_DELTA:
-            self._command_output(params.get("itemId"), params.get("delta"))
+            delta = cast(ItemDeltaParams, params)
+            self._command_output(delta.get("itemId"), delta.get("delta"))
         elif method == ITEM_STARTED:
-            self._item_started(params.get("item") or {})
+            self._item_started(cast(ItemNotificationParams, params).get("item") or {})
         elif method == ITEM_COMPLETED:
-            self._item_completed(params.get("item") or {})
+            self._item_completed(cast(ItemNotificationParams, params).get("item") or {})
         elif method == TOKEN_USAGE_UPDATED:
-            self._count_usage(params.get("tokenUsage") or {})
+            self._count_usage(dict(cast(TokenUsageParams, params).get("tokenUsage") or {}))
         elif method == ERROR:
             if not params.get("willRetry"):
                 self._error = params.get("error")
         elif method == TURN_COMPLETED:
-            self._completed(params.get("turn") or {})
+            self._completed(dict(cast(TurnNotificationParams, params).get("turn") or {}))
             return True
         return False
 
@@ -154,10 +167,11 @@ class AgentReader:
         if not isinstance(delta, str) or not delta:
             return
         shown = self._shown.get(str(item_id), 0)
+        self._shown[str(item_id)] = shown + len(delta)  # what came, shown or not
         room = _COMMAND_OUTPUT_CHARS - shown
-        if room <= 0:
-            return
-        self._shown[str(item_id)] = shown + len(delta)
+        if room < 0:
+            return  # cut already, and said so
+        # Output that filled the cap exactly is cut by the next delta: say so then.
         self._reasoning(delta[:room] + ("\n[... output cut ...]\n" if len(delta) > room else ""))
 
     def _item_completed(self, item: dict[str, Any]) -> None:
@@ -167,7 +181,9 @@ class AgentReader:
             output = item.get("aggregatedOutput")
             if self._shown.get(item_id) == 0 and isinstance(output, str) and output:
                 self._command_output(item_id, output)  # Codex sent no deltas for it
-            self._reasoning(f"\n[exit code {item.get('exitCode')}]\n")
+            code = item.get("exitCode")  # none for a command that did not run (declined)
+            ended = f"exit code {code}" if isinstance(code, int) else str(item.get("status") or "not run")
+            self._reasoning(f"\n[{ended}]\n")
         elif kind == "fileChange":
             for change in item.get("changes") or ():
                 if isinstance(change, dict):

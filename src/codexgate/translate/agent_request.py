@@ -23,7 +23,14 @@ from typing import Any
 import orjson
 
 from codexgate.errors import InvalidRequest
-from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, flat_name, request_tools
+from codexgate.translate.catalogue import (
+    LOCAL_SHELL_NAME,
+    ToolCatalogue,
+    catalogue_of,
+    flat_name,
+    request_tools,
+)
+from codexgate.translate.items import local_shell_arguments
 from codexgate.wire.app_server import DynamicFunctionTool, DynamicToolCallResult, DynamicToolOutput, UserInput
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -31,6 +38,8 @@ __all__ = [
     "AgentAsk",
     "FollowUp",
     "chain_of",
+    "client_tool_name",
+    "dynamic_name",
     "dynamic_tools",
     "follow_up",
     "history_items",
@@ -40,7 +49,21 @@ __all__ = [
     "tool_result",
 ]
 
-_OUTPUT_KINDS = frozenset(("function_call_output", "custom_tool_call_output", "local_shell_call_output"))
+_OUTPUT_KINDS = frozenset(
+    ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_output")
+)
+# Codex's own tools (0.169, every model and feature): a client tool of the same name would be
+# hidden by Codex's, so the client's is offered under CLIENT_PREFIX + its name.
+CODEX_TOOL_NAMES = frozenset(
+    (
+        "exec_command", "write_stdin", "shell", "local_shell", "apply_patch", "view_image", "update_plan",
+        "request_user_input", "request_user_input_async", "get_goal", "create_goal", "update_goal",
+        "tool_search", "web_search", "list_mcp_resources", "list_mcp_resource_templates",
+        "read_mcp_resource", "spawn_agent", "send_input", "resume_agent", "wait_agent", "close_agent",
+        "exec", "wait", "sleep",
+    )
+)  # fmt: skip
+CLIENT_PREFIX = "client_"
 _CALL_KINDS = frozenset(("function_call", "custom_tool_call"))
 _ASSISTANT_JOIN = "\n\n"  # how the chat face joins an answer's messages (translate/chat_chunks.py)
 # Marks a system or developer message that arrives mid-conversation: Codex's developer
@@ -178,13 +201,16 @@ def history_items(items: Iterable[Item]) -> list[Item]:
                     {"type": "message", "role": "user" if role == "user" else "developer", "content": content}
                 )
         elif kind in _CALL_KINDS:
-            name = flat_name(item.get("namespace"), item["name"])
+            name = dynamic_name(flat_name(item.get("namespace"), item["name"]))
             arguments = item.get("arguments")
             if kind == "custom_tool_call":
                 arguments = orjson.dumps({"input": item.get("input", "")}).decode()
             out.append(
                 {"type": "function_call", "call_id": item["call_id"], "name": name, "arguments": arguments}
             )
+        elif kind == "local_shell_call":  # its output is replayed: so must the call be
+            shell = {"name": dynamic_name(LOCAL_SHELL_NAME), "arguments": local_shell_arguments(item)}
+            out.append({"type": "function_call", "call_id": item["call_id"], **shell})
         elif kind in _OUTPUT_KINDS:
             out.append(
                 {"type": "function_call_output", "call_id": item["call_id"], "output": output_text(item)}
@@ -192,21 +218,37 @@ def history_items(items: Iterable[Item]) -> list[Item]:
     return out
 
 
+def dynamic_name(model_name: str) -> str:
+    """The name a client tool is offered to Codex by: its flat name, prefixed when Codex has a
+    tool of that name (`client_apply_patch`)."""
+    return CLIENT_PREFIX + model_name if model_name in CODEX_TOOL_NAMES else model_name
+
+
+def client_tool_name(dynamic: str) -> str:
+    """The flat name of the client tool Codex called by `dynamic` (the turn resolves it)."""
+    bare = dynamic.removeprefix(CLIENT_PREFIX)
+    return bare if bare != dynamic and bare in CODEX_TOOL_NAMES else dynamic
+
+
 def dynamic_tools(ask: AgentAsk, req: ResponsesRequest) -> list[DynamicFunctionTool]:
     """The client's tools, offered to Codex beside its own, under the flat names a model is
-    shown (the turn resolves calls back by them); none when the client said `tool_choice:
-    none`."""
+    shown (`dynamic_name`; the turn resolves calls back by them); none when the client said
+    `tool_choice: none`."""
     if req.tool_choice == "none":
         return []
+    no_parameters = {"type": "object", "properties": {}}
     return [
-        {"type": "function", "name": spec.model_name, "description": spec.description or spec.name,
-         "inputSchema": spec.parameters or {"type": "object", "properties": {}}}
+        {"type": "function", "name": dynamic_name(spec.model_name),
+         "description": spec.description or spec.name, "inputSchema": spec.parameters or no_parameters}
         for spec in ask.catalogue.specs.values()
     ]  # fmt: skip
 
 
 def output_text(item: Item) -> str:
-    """A tool result's text (an array of parts is joined; images are named, not carried)."""
+    """A tool result's text (an array of parts is joined; images are named, not carried; the
+    tools a client-side tool search found, as JSON)."""
+    if _kind(item) == "tool_search_output":
+        return orjson.dumps(item.get("tools") or []).decode()
     output = item.get("output")
     if isinstance(output, str):
         return output
@@ -227,7 +269,7 @@ def tool_result(item: Item) -> DynamicToolCallResult:
             elif part.get("type") == "input_image" and isinstance(part.get("image_url"), str):
                 content.append({"type": "inputImage", "imageUrl": part["image_url"]})
     else:
-        content.append({"type": "inputText", "text": output if isinstance(output, str) else ""})
+        content.append({"type": "inputText", "text": output_text(item)})
     return {"contentItems": content, "success": True}
 
 
@@ -268,7 +310,9 @@ def _refuse_unhonourable(req: ResponsesRequest) -> None:
                 f"'{name}' cannot be honoured by a Codex upstream: {_UNHONOURABLE[name]}.", param=name
             )
     choice = req.tool_choice
-    if choice == "required" or (isinstance(choice, dict) and choice.get("type") != "allowed_tools"):
+    # `allowed_tools` in mode "required" forces a call as much as "required" does.
+    named = isinstance(choice, dict) and choice.get("type") != "allowed_tools"
+    if choice == "required" or named or (isinstance(choice, dict) and choice.get("mode") == "required"):
         raise InvalidRequest(
             "'tool_choice' can only be auto or none with a Codex upstream: the agent decides which "
             "tools it calls.",

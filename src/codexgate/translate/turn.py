@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,7 +310,9 @@ class Turn:
 
     # -- the run loop
 
-    async def run(self, source: AsyncIterator[object]) -> AsyncGenerator[list[Event], None]:
+    async def run(
+        self, source: AsyncIterator[object], on_end: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncGenerator[list[Event], None]:
         """Batches of events, first `response.created`, the last holding the one terminal event.
 
         `source` feeds this turn and yields each time it did. A GatewayError it raises becomes
@@ -319,10 +321,11 @@ class Turn:
         terminal batch is out, a source whose model finished is read to its end (a backend may
         drain its connection); one the gateway stopped (a failure, the output cap, a stop
         sequence) is closed, which cancels its upstream request. Closing this generator (the
-        client left) closes the source."""
-        yield self.start()
+        client left) closes the source. `on_end` is awaited last, however the run ended, even
+        if the source never started: a backend's cleanup belongs there, not in the source."""
         cap = self._options.max_output_chars
         try:
+            yield self.start()
             try:
                 async for _ in source:
                     if self.failure is not None:
@@ -354,9 +357,13 @@ class Turn:
                     except Exception:  # after the terminal event nothing can be reported
                         log.debug("error after the end of the response", exc_info=True)
         finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            try:
+                aclose = getattr(source, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                if on_end is not None:
+                    await on_end()
 
     # -- parts -> the builder
 

@@ -13,7 +13,7 @@ from codexgate.backends.base import Inbound
 from codexgate.memo import Memo
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.server.http_errors import failed_response
-from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_continued
+from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
@@ -38,8 +38,7 @@ class RequestReader:
         data = decode_json_body(body)
         cache_key = data.get("prompt_cache_key")
         if not isinstance(cache_key, str) or not cache_key:
-            req, _ = parse_continued(data, None)
-            return req, Inbound(caller, None, len(body))
+            return parse_request(data), Inbound(caller, None, len(body))
         conversation = f"{caller or ''}\x00{cache_key}"
         memo = self._memo
         earlier = memo.get(conversation) if memo is not None else None
