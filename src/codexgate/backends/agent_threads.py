@@ -16,7 +16,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from codexgate.backends.app_server import AppServer, AppServerError, ThreadSubscription
 from codexgate.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
@@ -24,8 +24,12 @@ from codexgate.wire.app_server import (
     THREAD_START,
     THREAD_UNSUBSCRIBE,
     TURN_INTERRUPT,
+    DynamicToolCallParams,
     DynamicToolCallResult,
     Notification,
+    ThreadStartParams,
+    ThreadStartResult,
+    TurnInterruptParams,
     text_output,
 )
 from codexgate.wire.responses import Item
@@ -159,13 +163,13 @@ class AgentThreads:
                 return thread, known
         return None
 
-    async def start(self, caller: str | None, root: int, params: dict[str, Any]) -> AgentThread:
+    async def start(self, caller: str | None, root: int, params: ThreadStartParams) -> AgentThread:
         """A new thread (`thread/start` with `params`), subscribed before any turn starts.
         Raises AppServerError."""
         self._make_room()
         generation = self._app_server.generation
         result = await self._app_server.request(THREAD_START, params, generation=generation)
-        thread_id = (result.get("thread") or {}).get("id")
+        thread_id = cast(ThreadStartResult, result).get("thread", {}).get("id")
         if not isinstance(thread_id, str):
             raise UpstreamError("codex app-server answered thread/start without a thread id.")
         subscription = self._app_server.subscribe(thread_id, generation=generation)
@@ -215,10 +219,11 @@ class AgentThreads:
         for thread in [t for t in self._by_id.values() if t.generation < generation]:
             self.drop(thread)
 
-    async def tool_call(self, params: dict[str, Any]) -> DynamicToolCallResult:
+    async def tool_call(self, request: dict[str, Any]) -> DynamicToolCallResult:
         """Answer Codex's `item/tool/call`: the call goes to the thread's inbox (the response
         reading it ends with the call) and the result is the client's next request's, or a
         failure after `tool_result_timeout`."""
+        params = cast(DynamicToolCallParams, request)  # read leniently: a release may drop a field
         thread = self._by_id.get(str(params.get("threadId")))
         call_id = params.get("callId")
         if thread is None or not isinstance(call_id, str):
@@ -288,12 +293,8 @@ class AgentThreads:
         server, generation = self._app_server, thread.generation
         try:
             if turn_id is not None:
-                await server.request(
-                    TURN_INTERRUPT,
-                    {"threadId": thread.id, "turnId": turn_id},
-                    generation=generation,
-                    timeout=10,
-                )
+                interrupt: TurnInterruptParams = {"threadId": thread.id, "turnId": turn_id}
+                await server.request(TURN_INTERRUPT, interrupt, generation=generation, timeout=10)
             await server.request(
                 THREAD_UNSUBSCRIBE, {"threadId": thread.id}, generation=generation, timeout=10
             )

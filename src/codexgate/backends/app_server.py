@@ -43,7 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from codexgate import __version__
 from codexgate.errors import Code, UpstreamError
@@ -54,7 +54,7 @@ from codexgate.wire.app_server import (
     SERVER_REQUEST_METHODS,
     ErrorCode,
     ErrorResponse,
-    JSONObject,
+    InitializeResult,
     Notification,
     ProtocolError,
     RequestId,
@@ -378,7 +378,7 @@ class AppServer:
         self._subscriptions: dict[str, ThreadSubscription] = {}
         self._exits: deque[float] = deque(maxlen=8)  # monotonic times of recent crashes
         self._closed = False
-        self.server_info: JSONObject = {}  # the last `initialize` result (userAgent, codexHome...)
+        self.server_info: InitializeResult = {}  # the last `initialize` result (userAgent, codexHome...)
 
     # -- public surface --------------------------------------------------------------------------
 
@@ -576,7 +576,7 @@ class AppServer:
             ) from exc
         process.ready = True
         self._generation = generation
-        self.server_info = result if isinstance(result, dict) else {}
+        self.server_info = cast(InitializeResult, result) if isinstance(result, dict) else {}
         log.info("codex app-server [%d] started, pid %d", generation, proc.pid)
         return process
 

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from codexgate.backends.agent_threads import AgentThread, AgentThreads, Gone, ToolCallAsked
 from codexgate.backends.app_server import AppServer, AppServerError, AppServerLimits, ServerRequestRefused
@@ -51,8 +51,17 @@ from codexgate.wire.app_server import (
     MODEL_LIST,
     THREAD_INJECT_ITEMS,
     TOOL_CALL,
+    TURN_COMPLETED,
     TURN_START,
+    ApprovalPolicy,
+    ModelListResult,
+    SandboxMode,
     ServerRequest,
+    ThreadInjectItemsParams,
+    ThreadStartParams,
+    TurnStartParams,
+    TurnStartResult,
+    UserInput,
     text_output,
 )
 from codexgate.wire.responses import ResponsesRequest
@@ -75,8 +84,8 @@ class CodexTarget:
     codex_bin: str = "codex"
     codex_home: str | None = None  # None: the user's own (CODEX_HOME or ~/.codex)
     workdir: str = "."
-    sandbox: str = "read-only"
-    approval: str = "never"
+    sandbox: SandboxMode = "read-only"
+    approval: ApprovalPolicy = "never"
     approval_answer: str = "decline"
     tool_result_timeout: float = 300.0
     max_threads: int = 64
@@ -126,13 +135,13 @@ class CodexCall:
         backend, req, ask = self._backend, self._req, self._ask
         target = backend.target
         history, turn_input = opening(ask, req.input)
-        params: dict[str, Any] = {
+        params: ThreadStartParams = {
             "model": self._model,
             "cwd": target.workdir,
             "approvalPolicy": target.approval,
             "sandbox": target.sandbox,
             "ephemeral": True,
-            "dynamicTools": dynamic_tools(ask, req),
+            "dynamicTools": list(dynamic_tools(ask, req)),
         }
         if ask.instructions:
             params["developerInstructions"] = ask.instructions
@@ -140,18 +149,17 @@ class CodexCall:
         thread.busy = True
         try:
             if history:
-                await backend.app_server.request(
-                    THREAD_INJECT_ITEMS,
-                    {"threadId": thread.id, "items": history},
-                    generation=thread.generation,
-                )
+                inject: ThreadInjectItemsParams = {"threadId": thread.id, "items": history}
+                await backend.app_server.request(THREAD_INJECT_ITEMS, inject, generation=thread.generation)
             await self._begin_turn(thread, turn_input)
         except BaseException:
             threads.drop(thread)
             raise
         self._ready(thread)
 
-    async def _continue(self, thread: AgentThread, results: Mapping[str, Any], turn_input: list[Any]) -> None:
+    async def _continue(
+        self, thread: AgentThread, results: Mapping[str, Any], turn_input: list[UserInput]
+    ) -> None:
         """The request continues `thread`: results for its waiting calls, then maybe input."""
         thread.busy = True
         try:
@@ -169,16 +177,16 @@ class CodexCall:
             raise
         self._ready(thread)
 
-    async def _begin_turn(self, thread: AgentThread, turn_input: list[Any]) -> None:
-        params: dict[str, Any] = {"threadId": thread.id, "input": turn_input}
+    async def _begin_turn(self, thread: AgentThread, turn_input: list[UserInput]) -> None:
+        params: TurnStartParams = {"threadId": thread.id, "input": turn_input}
         effort = (self._req.reasoning or {}).get("effort")
         if isinstance(effort, str) and effort:
             params["effort"] = effort
         schema = output_schema(self._req)
         if schema is not None:
             params["outputSchema"] = schema
-        result = await self._backend.app_server.request(TURN_START, params, generation=thread.generation)
-        thread.turn_id = (result.get("turn") or {}).get("id") or thread.turn_id
+        started = await self._backend.app_server.request(TURN_START, params, generation=thread.generation)
+        thread.turn_id = cast(TurnStartResult, started).get("turn", {}).get("id") or thread.turn_id
 
     def _ready(self, thread: AgentThread) -> None:
         self._thread = thread
@@ -224,8 +232,9 @@ class CodexCall:
                 self._clean = True
                 yield None
                 return
+            if event.method == TURN_COMPLETED:
+                thread.turn_id = None  # ended, however: nothing to interrupt
             if reader.feed(event.method, event.params):
-                thread.turn_id = None
                 self._clean = True
                 yield None
                 return
@@ -309,8 +318,8 @@ class CodexBackend:  # a backends.base.Backend
         if self._listing is None or now >= self._listing_until:
             try:
                 await self.ready()
-                result = await self.app_server.request(MODEL_LIST, {}, timeout=10)
-                models = [m.get("id") for m in result.get("data") or () if isinstance(m, dict)]
+                listed = cast(ModelListResult, await self.app_server.request(MODEL_LIST, {}, timeout=10))
+                models = [m.get("id") for m in listed.get("data") or () if isinstance(m, dict)]
                 self._listing = ModelList(self.base_url, 200, [m for m in models if isinstance(m, str)])
             except GatewayError as exc:
                 self._listing = ModelList(self.base_url, 0, detail=exc.message)

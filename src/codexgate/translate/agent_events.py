@@ -37,6 +37,7 @@ from codexgate.wire.app_server import (
     REASONING_TEXT_DELTA,
     TOKEN_USAGE_UPDATED,
     TURN_COMPLETED,
+    ErrorNotificationParams,
     ItemDeltaParams,
     ItemNotificationParams,
     TokenUsageParams,
@@ -112,8 +113,9 @@ class AgentReader:
         elif method == TOKEN_USAGE_UPDATED:
             self._count_usage(dict(cast(TokenUsageParams, params).get("tokenUsage") or {}))
         elif method == ERROR:
-            if not params.get("willRetry"):
-                self._error = params.get("error")
+            error = cast(ErrorNotificationParams, params)
+            if not error.get("willRetry"):  # with willRetry, Codex tries again by itself
+                self._error = error.get("error")
         elif method == TURN_COMPLETED:
             self._completed(dict(cast(TurnNotificationParams, params).get("turn") or {}))
             return True

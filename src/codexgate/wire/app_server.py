@@ -36,6 +36,8 @@ import orjson
 
 __all__ = [
     "AGENT_MESSAGE_DELTA",
+    "ApprovalPolicy",
+    "SandboxMode",
     "COMMAND_APPROVAL",
     "COMMAND_OUTPUT_DELTA",
     "CONFIG_WARNING",
@@ -103,7 +105,6 @@ __all__ = [
     "ThreadInjectItemsParams",
     "ThreadStartParams",
     "ThreadStartResult",
-    "ThreadUnsubscribeResult",
     "TokenUsage",
     "TokenUsageBreakdown",
     "TokenUsageParams",
@@ -364,10 +365,6 @@ class ThreadStartResult(TypedDict, total=False):
     cwd: str
     approvalPolicy: Any
     sandbox: JSONObject
-
-
-class ThreadUnsubscribeResult(TypedDict):
-    status: Literal["notLoaded", "notSubscribed", "unsubscribed"]
 
 
 class TurnError(TypedDict, total=False):
