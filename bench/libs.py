@@ -199,7 +199,7 @@ def stream_translate_us(body: bytes, chat: bytes, *, budget: float) -> dict[str,
     def one_stream() -> None:
         nonlocal out_events
         call = backend.call(req, req.model)
-        call._make_turn()  # what open() does once the request is out
+        call._reader = call._make_reader()  # what open() does once the request is out
         turn = call.translator.turn
         decoder = SSEDecoder()
         encode_events(turn.start())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from codexgate.translate.items import local_shell_arguments, tool_search_argumen
 from codexgate.translate.responses_upstream import TextField, wrap_reasoning
 from codexgate.translate.turn import Turn
 from codexgate.translate.upstream_errors import classify
+from codexgate.wire.responses_events import TERMINAL as _TERMINAL
 
 __all__ = ["MALFORMED_EVENTS", "ResponsesStreamReader", "read_usage", "upstream_failure"]
 
@@ -180,6 +181,27 @@ class ResponsesStreamReader:
             self._completed({"response": response})  # servers that leave the status out
         else:
             raise UpstreamError(f"The upstream's response is {str(status)[:40]!r}, not finished.")
+
+    def feed_whole(self, data: Any, headers: Mapping[str, str]) -> bool:
+        """A 200 answer that was one JSON value: a response object (a server that ignored
+        `stream`, or a terminal event without its framing) is read whole; an error object
+        raises, classified with its own message; anything else is not a Responses answer."""
+        if (
+            isinstance(data, dict)
+            and data.get("type") in _TERMINAL
+            and isinstance(data.get("response"), dict)
+        ):
+            data = data["response"]
+        response = isinstance(data, dict) and (data.get("object") == "response" or "output" in data)
+        if isinstance(data, dict) and data.get("error") and not response:
+            raise classify(0, data, headers)
+        if response:
+            self.feed_response(data)
+        return bool(response)
+
+    def end_of_stream_marker(self) -> None:
+        """`[DONE]`, which some servers send after the terminal event: the terminal event is
+        what counts."""
 
     def count_malformed(self) -> None:
         """An upstream event that was skipped because it could not be read."""

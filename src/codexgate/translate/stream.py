@@ -9,6 +9,7 @@ non-streaming answer is fed as one chunk, so the two cannot drift apart.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -89,6 +90,18 @@ class ChatStreamTranslator:
                 "The upstream closed the stream before the model finished (no finish_reason, no [DONE])."
             )
         self.turn.finish(self._finish_reason)
+
+    def feed_whole(self, data: Any, headers: Mapping[str, str]) -> bool:
+        """A 200 answer that was one JSON value: a `chat.completion` (a server that ignored
+        `stream`) is read like one chunk and the end; an error object raises, classified with
+        its own message; anything else is not a chat answer (False)."""
+        if isinstance(data, dict) and isinstance(data.get("choices"), list):
+            self.feed(data)
+            self.end_of_stream_marker()
+            return True
+        if isinstance(data, dict) and data.get("error"):
+            raise classify(0, data, headers)
+        return False
 
     def end_of_stream_marker(self) -> None:
         """The upstream sent `[DONE]`: a finished stream even if it never gave a finish_reason."""
