@@ -497,7 +497,8 @@ def test_usage_is_read_leniently() -> None:
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
     assert chat_usage(None) == zero
-    assert chat_usage({"input_tokens": "7", "output_tokens": True, "input_tokens_details": None}) == zero
+    assert chat_usage({"input_tokens": "seven", "output_tokens": True, "input_tokens_details": None}) == zero
+    assert chat_usage({"input_tokens": "7"})["prompt_tokens"] == 7  # digits, as upstreams may send
     assert chat_usage({"input_tokens": 3, "output_tokens": 4})["total_tokens"] == 7
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from codexgate.errors import failed_answer
+from codexgate.translate.envelope import token_count
 from codexgate.wire.responses_events import COMPLETED, FAILED, INCOMPLETE, Event
 
 __all__ = [
@@ -345,23 +346,19 @@ def chat_usage(usage: Any) -> dict[str, Any]:
     """Responses `usage` -> chat `usage`, read leniently (zeros for what is absent): usage must
     never cost the end of an answer."""
     usage = usage if isinstance(usage, dict) else {}
-    prompt = _count(usage.get("input_tokens"))
-    completion = _count(usage.get("output_tokens"))
+    prompt = token_count(usage.get("input_tokens"))
+    completion = token_count(usage.get("output_tokens"))
     input_details = usage.get("input_tokens_details")
     output_details = usage.get("output_tokens_details")
-    cached = _count(input_details.get("cached_tokens")) if isinstance(input_details, dict) else 0
-    reasoning = _count(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else 0
+    cached = token_count(input_details.get("cached_tokens")) if isinstance(input_details, dict) else 0
+    reasoning = token_count(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": _count(usage.get("total_tokens")) or prompt + completion,
+        "total_tokens": token_count(usage.get("total_tokens")) or prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _incomplete_finish_reason(response: dict[str, Any]) -> str:

@@ -159,7 +159,7 @@ def _metadata(req: ResponsesRequest, unavailable: Sequence[str]) -> dict[str, An
     return metadata
 
 
-def _token_count(value: Any) -> int:
+def token_count(value: Any) -> int:
     """An upstream's token count, read leniently: a non-negative integer (or a float or a
     string of digits), anything else 0. Never raises: usage must not cost the terminal event."""
     if isinstance(value, bool):
@@ -175,17 +175,17 @@ def _token_count(value: Any) -> int:
 
 def chat_usage_to_responses(usage: dict[str, Any]) -> dict[str, Any]:
     """Chat `usage` -> Responses `usage`, details included (zeros when absent or unreadable)."""
-    input_tokens = _token_count(usage.get("prompt_tokens"))
-    output_tokens = _token_count(usage.get("completion_tokens"))
+    input_tokens = token_count(usage.get("prompt_tokens"))
+    output_tokens = token_count(usage.get("completion_tokens"))
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
-    cached = _token_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+    cached = token_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
     if not cached:
-        cached = _token_count(usage.get("prompt_cache_hit_tokens"))  # DeepSeek and its copies
+        cached = token_count(usage.get("prompt_cache_hit_tokens"))  # DeepSeek and its copies
     reasoning = 0
     if isinstance(completion_details, dict):
-        reasoning = _token_count(completion_details.get("reasoning_tokens"))
-    total = _token_count(usage.get("total_tokens"))
+        reasoning = token_count(completion_details.get("reasoning_tokens"))
+    total = token_count(usage.get("total_tokens"))
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached},

@@ -17,7 +17,6 @@ A reasoning item is closed with the upstream's blob wrapped (translate/responses
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from codexgate.errors import (
     UpstreamStreamCut,
 )
 from codexgate.translate.catalogue import LOCAL_SHELL_NAME, TOOL_SEARCH_NAME, flat_name
-from codexgate.translate.envelope import chat_usage_to_responses
+from codexgate.translate.envelope import chat_usage_to_responses, token_count
 from codexgate.translate.items import local_shell_arguments, tool_search_arguments
 from codexgate.translate.responses_upstream import TextField, wrap_reasoning
 from codexgate.translate.turn import Turn
@@ -50,19 +49,6 @@ _SUMMARY_PART_SEPARATOR = "\n\n"
 _CALL_KINDS = frozenset(("function_call", "custom_tool_call"))
 
 
-def _count(value: Any) -> int:
-    """A token count, read leniently: a non-negative integer, anything unreadable 0."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, float) and math.isfinite(value):
-        return max(0, int(value))
-    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
-        return int(value)
-    return 0
-
-
 def read_usage(usage: Any) -> dict[str, Any] | None:
     """A Responses `usage` object as the turn takes it, read leniently (never raises); None
     when it holds no count, so the turn estimates one (Codex only compacts on counts)."""
@@ -70,23 +56,23 @@ def read_usage(usage: Any) -> dict[str, Any] | None:
         return None
     if "prompt_tokens" in usage and "input_tokens" not in usage:
         usage = chat_usage_to_responses(usage)  # servers that mix the dialects
-    input_tokens = _count(usage.get("input_tokens"))
-    output_tokens = _count(usage.get("output_tokens"))
+    input_tokens = token_count(usage.get("input_tokens"))
+    output_tokens = token_count(usage.get("output_tokens"))
     if not input_tokens and not output_tokens:
         return None
     input_details = usage.get("input_tokens_details")
     output_details = usage.get("output_tokens_details")
-    cached = _count(input_details.get("cached_tokens")) if isinstance(input_details, dict) else 0
-    reasoning = _count(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else 0
+    cached = token_count(input_details.get("cached_tokens")) if isinstance(input_details, dict) else 0
+    reasoning = token_count(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else 0
     details: dict[str, Any] = {"cached_tokens": cached}
     if isinstance(input_details, dict) and "cache_write_tokens" in input_details:
-        details["cache_write_tokens"] = _count(input_details["cache_write_tokens"])
+        details["cache_write_tokens"] = token_count(input_details["cache_write_tokens"])
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": details,
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": _count(usage.get("total_tokens")) or input_tokens + output_tokens,
+        "total_tokens": token_count(usage.get("total_tokens")) or input_tokens + output_tokens,
     }
 
 
