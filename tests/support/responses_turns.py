@@ -9,14 +9,13 @@ from typing import Any
 
 import orjson
 
-from codexgate.errors import GatewayError
 from codexgate.translate.responses_stream import ResponsesStreamReader
 from codexgate.translate.responses_upstream import ToolFormat, to_upstream_request
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import parse_request
-from codexgate.wire.sse import SSEDecoder
 
 from .codex_requests import CODEX_TOOLS
+from .turns import translate_sse
 
 Event = dict[str, Any]
 UPSTREAM = "openai"  # the upstream's configured name, which reasoning blobs are wrapped with
@@ -51,35 +50,10 @@ def make_turn(
 
 
 def read(data: bytes, split: int | None = None, turn: Turn | None = None) -> list[Event]:
-    """SSE bytes (in pieces) through the backend's read path: `[DONE]` skipped, data that is
-    not JSON counted, EOF is finish(), a GatewayError ends the stream through fail()."""
+    """SSE bytes (in pieces) through the backend's read path (tests/support/turns.py)."""
     turn = turn or make_turn()
-    reader = ResponsesStreamReader(turn, UPSTREAM)
     pieces = [data] if split is None else [data[i : i + split] for i in range(0, len(data), split)]
-    decoder = SSEDecoder()
-    events = turn.start()
-
-    def handle(payloads: list[bytes]) -> None:
-        for payload in payloads:
-            if payload == b"[DONE]" or turn.done:
-                continue
-            try:
-                event = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                reader.count_malformed()
-                continue
-            reader.feed(event)
-
-    try:
-        for piece in pieces:
-            handle(decoder.feed(piece))
-            events.extend(turn.take())
-        handle(decoder.finish())
-        reader.finish()
-        events.extend(turn.take())
-    except GatewayError as exc:
-        events.extend(turn.fail(exc))
-    return events
+    return translate_sse(ResponsesStreamReader(turn, UPSTREAM), pieces)
 
 
 def read_events(raw_events: list[Event], turn: Turn | None = None) -> list[Event]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from codexgate.backends.http_backend import StreamReader
 from codexgate.errors import GatewayError
 from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.reasoning import encode_reasoning
@@ -61,10 +62,11 @@ def chat_translator(
     return ChatStreamTranslator(make_turn(tools, counts=counts, **options), counts)
 
 
-def translate_sse(translator: ChatStreamTranslator, data: Iterable[bytes]) -> list[Event]:
-    """SSE bytes (in pieces) through the chat backend's read path: `[DONE]` is the end-of-stream
-    marker, EOF is finish(), data that is not JSON is skipped, and a GatewayError (an error
-    object, a cut, the loop guard) ends the stream through the turn's fail()."""
+def translate_sse(translator: StreamReader, data: Iterable[bytes]) -> list[Event]:
+    """SSE bytes (in pieces) through an HTTP backend's read path (backends/http_backend.py),
+    for a chat or a Responses reader: `[DONE]` is the end-of-stream marker, EOF is finish(),
+    data that is not JSON is counted and skipped, and a GatewayError (an error object, a cut,
+    the loop guard) ends the stream through the turn's fail()."""
     turn = translator.turn
     decoder = SSEDecoder()
     events = turn.start()
