@@ -9,11 +9,17 @@ pytest's terminal reporter with capturing suspended (as `capsys.disabled()` does
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import tempfile
 
 import pytest
 
 from tests.support.scripts import set_progress_sink
+
+# The gateway's default store is a SQLite file under XDG_DATA_HOME: tests (and the gateways
+# they start as subprocesses) keep theirs in a temporary directory, never in the user's home.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="codexgate-tests-")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -31,8 +31,12 @@ from codexgate.routing import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.faces.chat import ChatFace
-from codexgate.server.faces.responses import RequestReader, ResponsesFace
+from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
+from codexgate.server.state import ResponseState
+from codexgate.server.websocket import SocketLimits
+from codexgate.store import open_store
+from codexgate.store.base import Retention, Store
 
 log = logging.getLogger("codexgate")
 
@@ -298,6 +302,25 @@ def build_app(
         body_timeout=settings.body_timeout,
         faces={
             "/responses": ResponsesFace(RequestReader(history_memo(settings))),
+            "/responses/compact": CompactFace(),
             "/chat/completions": ChatFace(),
         },
+        state=ResponseState(response_store(settings)),
+        socket_limits=SocketLimits(
+            max_connections=settings.websocket_max_connections,
+            max_lifetime=settings.websocket_max_lifetime,
+            max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
+        ),
     )
+
+
+def response_store(settings: Settings) -> Store | None:
+    """The configured store, not yet opened (the app opens it at startup); None for
+    `store = "none"`."""
+    if settings.store == "none":
+        return None
+    retention = Retention(
+        max_age=settings.store_max_age_days * 24 * 3600, max_bytes=settings.store_max_mb * 1024 * 1024
+    )
+    path = Path(settings.store_path).expanduser() if settings.store_path else None
+    return open_store(settings.store, path=path, url=settings.store_url, retention=retention)

@@ -268,6 +268,20 @@ class Settings(_Strict):
     # re-sends every turn is validated and translated once (memo.py): at most this many MiB
     # of request bodies for the Responses face and as many per upstream; 0 turns it off.
     history_cache_mb: int = Field(default=64, ge=0)
+    # Stored responses (previous_response_id, item_reference, GET /v1/responses/{id}, compaction
+    # keys; docs/state.md): SQLite by default at store_path (default
+    # $XDG_DATA_HOME/codexgate/store.sqlite3), Redis or PostgreSQL at store_url for several
+    # gateway processes, or none.
+    store: Literal["sqlite", "redis", "postgres", "none"] = "sqlite"
+    store_path: str | None = None
+    store_url: str | None = None
+    store_max_age_days: float = Field(default=30.0, gt=0)
+    store_max_mb: int = Field(default=1024, gt=0)
+    # WebSocket mode of /v1/responses (server/websocket.py): connections at once, a
+    # connection's lifetime in seconds, and what one connection remembers of its last response.
+    websocket_max_connections: int = Field(default=256, ge=0)
+    websocket_max_lifetime: float = Field(default=3600.0, gt=0)
+    websocket_max_memory_mb: float = Field(default=64.0, ge=0)
     discover: bool = True  # look for a local model server when no upstream is configured
     log_level: LogLevel = "info"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)

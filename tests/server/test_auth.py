@@ -317,8 +317,10 @@ async def websocket_answer(app: GatewayApp, headers: list[tuple[bytes, bytes]]) 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
+    messages = iter([{"type": "websocket.connect"}])
+
     async def receive() -> dict[str, Any]:
-        return {"type": "websocket.connect"}
+        return next(messages, {"type": "websocket.disconnect", "code": 1000})
 
     scope = {
         "type": "websocket",
@@ -329,6 +331,8 @@ async def websocket_answer(app: GatewayApp, headers: list[tuple[bytes, bytes]]) 
         "extensions": {"websocket.http.response": {}},
     }
     await app(scope, receive, send)
+    if sent[0]["type"] == "websocket.accept":
+        return 101, {}
     assert sent[0]["type"] == "websocket.http.response.start"
     return sent[0]["status"], orjson.loads(sent[1]["body"])
 
@@ -342,4 +346,4 @@ async def test_the_websocket_upgrade_needs_a_key(tmp_path: Path) -> None:
         )
         assert status == 403 and body["error"]["code"] == "origin_not_allowed"
         status, body = await websocket_answer(app, [(b"authorization", f"Bearer {ALICE}".encode())])
-        assert status == 426  # authenticated: told to use HTTP, as before
+        assert status == 101  # authenticated: the upgrade is accepted

@@ -88,6 +88,8 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     async with asyncio.timeout(BOUND):
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
+        if status == 101:  # switched protocols: no body follows
+            return status, b""
         headers = dict(
             (k.strip().lower(), v.strip())
             for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])
@@ -296,7 +298,7 @@ async def test_a_websocket_upgrade_without_a_key_is_refused_on_the_wire() -> Non
         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{}\r\n"
     )
     async with serving(app, websockets=True) as (port, _):
-        for extra, status in (("", 401), ("x-api-key: ws-test-key-123456\r\n", 426)):
+        for extra, status in (("", 401), ("x-api-key: ws-test-key-123456\r\n", 101)):
             reader, writer = await connect(port)
             writer.write(upgrade.format(extra).encode())
             got, _ = await read_response(reader)

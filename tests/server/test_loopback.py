@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
@@ -118,19 +119,21 @@ def test_a_client_that_leaves_cancels_the_upstream_generation() -> None:
     assert fake.disconnects == 1
 
 
-def test_websocket_upgrades_are_refused_with_426_so_codex_falls_back_to_http() -> None:
+def test_websocket_mode_is_served_on_the_real_server() -> None:
+    headers = {
+        "connection": "Upgrade",
+        "upgrade": "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "openai-beta": "responses_websockets=2026-02-06",
+    }
     with gateway_process("--upstream", "http://127.0.0.1:9/v1", "--no-discover") as (gw, _):
-        response = httpx.get(
-            gw + "/v1/responses",
-            headers={
-                "connection": "Upgrade",
-                "upgrade": "websocket",
-                "sec-websocket-version": "13",
-                "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-                "openai-beta": "responses_websockets=2026-02-06",
-            },
-        )
-    assert response.status_code == 426
+        other = httpx.get(gw + "/v1/chat/completions", headers=headers)
+        with ws_connect(gw.replace("http", "ws") + "/v1/responses", open_timeout=10) as ws:
+            ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}).decode())
+            frame = orjson.loads(ws.recv(timeout=30))
+    assert other.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
+    assert frame["type"] == "error" and frame["error"]["code"] == "upstream_unreachable"
 
 
 def test_without_an_upstream_the_gateway_starts_and_explains() -> None:

@@ -65,7 +65,7 @@ def _server(
         # Inside the caller's loop the loop is whatever it is; only httptools can be chosen.
         loop="none" if same_loop else "uvloop",
         http="httptools",
-        ws="none",  # uvicorn's websockets backends import deprecated modules: warnings = errors
+        ws="websockets-sansio",  # as `serve` runs it; the legacy backends import deprecated modules
         lifespan=lifespan,
         log_level=log_level,
         log_config=None,

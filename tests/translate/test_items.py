@@ -421,7 +421,6 @@ def test_an_unknown_item_with_text_is_carried_as_a_note() -> None:
         ("background", True),
         ("conversation", "conv_1"),
         ("prompt", {"id": "pmpt_1"}),
-        ("previous_response_id", "resp_1"),
     ],
 )
 def test_fields_a_gateway_cannot_honour_are_refused_naming_them(name: str, value: Any) -> None:

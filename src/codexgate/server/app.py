@@ -16,11 +16,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import orjson
 
-from codexgate.backends.base import Backend, Call
+from codexgate.backends.base import Backend, Call, Inbound
 from codexgate.errors import (
     Code,
     GatewayError,
@@ -35,6 +35,10 @@ from codexgate.server.delivery import Ask, ClientGone, Face, deliver, until_disc
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
+from codexgate.server.state import Recent, ResponseState
+from codexgate.server.stored import ResourceHandler, StoredResponses
+from codexgate.server.websocket import ResponsesSockets, SocketLimits
+from codexgate.wire.responses import ResponsesRequest
 
 log = logging.getLogger("codexgate.server")
 
@@ -59,6 +63,8 @@ class GatewayApp:
         redactor: Redactor | None = None,
         body_timeout: float | None = None,
         faces: dict[str, Face] | None = None,
+        state: ResponseState | None = None,
+        socket_limits: SocketLimits | None = None,
     ) -> None:
         """`faces`: the faces by the path they serve under /v1 (POST), e.g.
         {"/responses": ResponsesFace()}."""
@@ -68,6 +74,8 @@ class GatewayApp:
         self.guard = guard
         self.redactor = redactor or Redactor()
         self.body_timeout = body_timeout
+        # Stored responses, previous_response_id, item_reference, compaction (server/state.py).
+        self.state = state or ResponseState(None)
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
@@ -77,13 +85,31 @@ class GatewayApp:
         }
         self.routes["/models"] = {"GET": self._models_route}
         self.routes["/health"] = self.routes["/healthz"] = {"GET": self._health_route}
+        responses = self.faces.get("/responses")
+        self.sockets = (
+            ResponsesSockets(
+                responses.reader.read_object,
+                self._call,
+                self.state,
+                self.redactor,
+                socket_limits or SocketLimits(),
+            )
+            if isinstance(responses, ResponsesFace)
+            else None
+        )
+        stored = StoredResponses(self.state)
+        # /responses/{id} and /responses/{id}/input_items: matched after the fixed paths.
+        self.resource_routes: dict[str, dict[str, ResourceHandler]] = {
+            "": {"GET": stored.get, "DELETE": stored.delete},
+            "/input_items": {"GET": stored.input_items},
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
-            await self._refuse_websocket(scope, send)
+            await self._websocket(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -94,6 +120,7 @@ class GatewayApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
+                    await self.state.start()
                     if self._on_startup:
                         await self._on_startup()
                 except Exception as exc:
@@ -101,8 +128,11 @@ class GatewayApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._on_shutdown:
-                    await self._on_shutdown()
+                try:
+                    if self._on_shutdown:
+                        await self._on_shutdown()
+                finally:
+                    await self.state.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -121,13 +151,11 @@ class GatewayApp:
         try:
             methods = self.routes.get(path)
             if methods is None:
-                raise NotFound(f"Unknown route: {method} {scope['path']}.")
+                await self._resource(scope, path, method, send)
+                return
             handler = methods.get(method)
             if handler is None:
-                allowed = " or ".join(sorted(methods))
-                raise InvalidRequest(
-                    f"Use {allowed} for {scope['path']}.", code=Code.METHOD_NOT_ALLOWED, status=405
-                )
+                raise _method_not_allowed(methods, scope)
             await handler(scope, receive, send)
         except GatewayError as exc:
             await send_error(send, exc, self.redactor)
@@ -141,8 +169,25 @@ class GatewayApp:
             except Exception:  # the response had started: the server closes the connection
                 pass
 
-    async def _refuse_websocket(self, scope: Scope, send: Send) -> None:
+    async def _resource(self, scope: Scope, path: str, method: str, send: Send) -> None:
+        """`/responses/{id}[/input_items]`: a stored response."""
+        response_id, sub = _resource_path(path)
+        methods = self.resource_routes.get(sub) if response_id else None
+        if methods is None:
+            raise NotFound(f"Unknown route: {method} {scope['path']}.")
+        handler = methods.get(method)
+        if handler is None:
+            raise _method_not_allowed(methods, scope)
+        owner = scope.get(API_KEY_NAME) or ""
+        status, body = await handler(response_id, owner, _query(scope))
+        await send_json(send, status, body)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.guard is not None and not await self.guard.websocket(scope, send):
+            return
+        path: str = scope["path"]
+        if path.removeprefix("/v1") == "/responses" and self.sockets is not None:
+            await self.sockets.serve(scope, receive, send)
             return
         # 426 makes Codex fall back to HTTP at once instead of retrying (contract §5).
         if "websocket.http.response" in scope.get("extensions", {}):
@@ -202,11 +247,7 @@ class GatewayApp:
             # The body is not kept in a variable: this frame lives as long as the stream.
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model = ask.req.model
-            if not self.router.backends and self._on_no_upstream is not None:
-                await self._on_no_upstream()
-            route = self.router.resolve(ask.req.model)
-            exchange.upstream = route.backend.name
-            call = route.backend.call(ask.req, route.upstream_model, ask.inbound)
+            call = await self._call(ask.req, ask.inbound, exchange)
             await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
@@ -216,6 +257,19 @@ class GatewayApp:
             raise
         finally:
             exchange.log()
+
+    async def _call(
+        self, req: ResponsesRequest, inbound: Inbound, exchange: Exchange, recent: Recent | None = None
+    ) -> Call:
+        """The backend call for a request, with the request services around it (server/state.py).
+        Raises GatewayError before anything is sent."""
+        if not self.router.backends and self._on_no_upstream is not None:
+            await self._on_no_upstream()
+        route = self.router.resolve(req.model)
+        exchange.upstream = route.backend.name
+        prepared = await self.state.prepare(req, inbound, recent)
+        call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
+        return self.state.wrap(call, prepared, recent)
 
     async def _answer(self, call: Call, ask: Ask, send: Send, delivery: Exchange) -> None:
         await call.open()  # errors before this point are HTTP errors
@@ -278,6 +332,25 @@ class GatewayApp:
                 {"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique
             ],
         }
+
+
+def _method_not_allowed(methods: dict[str, Any], scope: Scope) -> InvalidRequest:
+    allowed = " or ".join(sorted(methods))
+    return InvalidRequest(f"Use {allowed} for {scope['path']}.", code=Code.METHOD_NOT_ALLOWED, status=405)
+
+
+def _resource_path(path: str) -> tuple[str, str]:
+    """`/responses/{id}` -> (id, ""), `/responses/{id}/input_items` -> (id, "/input_items");
+    ("", "") for anything else."""
+    if not path.startswith("/responses/"):
+        return "", ""
+    response_id, slash, rest = path[len("/responses/") :].partition("/")
+    return response_id, (slash + rest if slash else "")
+
+
+def _query(scope: Scope) -> dict[str, str]:
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return {key: values[-1] for key, values in parse_qs(raw).items()}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

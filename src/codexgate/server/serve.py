@@ -96,6 +96,9 @@ def uvicorn_config(
         loop="uvloop",
         http=limited_protocol(limits),
         ws="websockets-sansio",
+        ws_max_size=settings.max_body_bytes,  # a response.create frame carries a whole request
+        ws_ping_interval=20.0,
+        ws_ping_timeout=60.0,  # a long turn is silent between events; pings keep it honest
         lifespan="on",
         log_level=settings.log_level.lower(),
         timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),

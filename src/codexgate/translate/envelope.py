@@ -115,7 +115,7 @@ class Envelope:
             "reasoning": reasoning,
             "max_output_tokens": max_output_tokens if isinstance(max_output_tokens, int) else None,
             "max_tool_calls": None,
-            "store": bool(req.store),
+            "store": req.store is not False,  # absent means true (server/state.py keeps it)
             "background": False,
             "service_tier": req.service_tier or "default",
             "metadata": _metadata(req, unavailable_tools),

@@ -36,6 +36,7 @@ _ITEM_REQUIRED: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "tool_search_output": (("call_id", str),),
     "agent_message": (("content", list),),
     "additional_tools": (("tools", list),),
+    "item_reference": (("id", str),),  # resolved from the store (server/state.py)
 }
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -98,8 +99,6 @@ _REFUSED_FIELDS = {
     "background": "background responses are not served; send the request without it",
     "conversation": "stored conversations are not served; send the whole history in 'input'",
     "prompt": "stored prompt templates are not served; send the prompt's text in 'input'",
-    # No response is stored yet: the turn would lose the history it points at.
-    "previous_response_id": "responses are not stored; send the whole history in 'input'",
 }
 
 

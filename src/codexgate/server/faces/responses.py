@@ -7,17 +7,20 @@ wire/responses.py, framing in wire/sse.py.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from codexgate.backends.base import Inbound
 from codexgate.memo import Memo
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.server.http_errors import failed_response
-from codexgate.wire.responses import ResponsesRequest, decode_json_body, parse_continued, parse_request
+from codexgate.server.state import listed_item
+from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
+from codexgate.wire.responses import Item, ResponsesRequest, decode_json_body, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
-__all__ = ["RequestReader", "ResponsesFace", "ResponsesJSON", "ResponsesSSE"]
+__all__ = ["CompactFace", "RequestReader", "ResponsesFace", "ResponsesJSON", "ResponsesSSE"]
 
 
 class RequestReader:
@@ -35,18 +38,23 @@ class RequestReader:
     def read(self, body: bytes, caller: str | None = None) -> tuple[ResponsesRequest, Inbound]:
         """The canonical request and what is known of it. Raises InvalidRequest (a 400 naming
         the field) for a body that is not JSON or not a valid Responses request."""
-        data = decode_json_body(body)
+        return self.read_object(decode_json_body(body), caller, len(body))
+
+    def read_object(
+        self, data: dict[str, Any], caller: str | None, size: int
+    ) -> tuple[ResponsesRequest, Inbound]:
+        """`read` for a body already decoded (a WebSocket frame) of `size` bytes."""
         cache_key = data.get("prompt_cache_key")
         if not isinstance(cache_key, str) or not cache_key:
-            return parse_request(data), Inbound(caller, None, len(body))
+            return parse_request(data), Inbound(caller, None, size)
         conversation = f"{caller or ''}\x00{cache_key}"
         memo = self._memo
         earlier = memo.get(conversation) if memo is not None else None
         req, known = parse_continued(data, earlier)
         if memo is not None:
-            memo.put(conversation, req, len(body))
+            memo.put(conversation, req, size)
         prefix = (earlier.input, known) if earlier is not None and known else None
-        return req, Inbound(caller, conversation, len(body), prefix)
+        return req, Inbound(caller, conversation, size, prefix)
 
 
 class ResponsesSSE(StreamEncoder):
@@ -82,3 +90,48 @@ class ResponsesFace:
         """Raises InvalidRequest naming the field."""
         req, inbound = self.reader.read(body, caller)
         return Ask(req, inbound, _SSE if req.stream else _JSON)
+
+
+class CompactJSON(BodyEncoder):
+    """`POST /v1/responses/compact`'s answer: the compacted history as a
+    `response.compaction` object: the user's own messages, then one compaction item that holds
+    the summary of everything else."""
+
+    def __init__(self, kept: list[Item]) -> None:
+        self.kept = kept
+
+    def whole(self, terminal: Event) -> tuple[int, Any]:
+        if terminal["type"] == FAILED:
+            return failed_response(terminal)
+        response = terminal["response"]
+        return 200, {
+            "id": response["id"],
+            "object": "response.compaction",
+            "created_at": response["created_at"],
+            "output": self.kept + list(response["output"]),
+            "usage": response.get("usage"),
+        }
+
+
+class CompactFace:
+    """`POST /v1/responses/compact` (the Open Responses spec; Codex's older remote compaction):
+    the same body as a response, answered by the same compaction turn as a
+    `compaction_trigger` item (server/state.py), never streamed."""
+
+    name = "compact"
+
+    def __init__(self, reader: RequestReader | None = None) -> None:
+        self.reader = reader or RequestReader()
+
+    def read(self, body: bytes, caller: str | None) -> Ask:
+        data = decode_json_body(body)
+        data.pop("stream", None)
+        req, inbound = self.reader.read_object(data, caller, len(body))
+        kept = [listed_item(item) for item in req.input if _is_user_message(item)]
+        trigger: Item = {"type": COMPACTION_TRIGGER}
+        req = dataclasses.replace(req, input=[*req.input, trigger], stream=False, store=False)
+        return Ask(req, dataclasses.replace(inbound, known_prefix=None), CompactJSON(kept))
+
+
+def _is_user_message(item: Item) -> bool:
+    return item.get("role") == "user" and item.get("type", "message") == "message"

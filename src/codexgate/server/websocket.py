@@ -1,0 +1,269 @@
+"""`/v1/responses` over a WebSocket (codex-contract.md §5): one `response.create` text frame per
+request, the answer's events as text frames, and the connection's memory of its last response,
+so that a client sends `previous_response_id` and only the new items, with `store:false` too.
+
+One response is in flight per connection at a time; frames are read while it streams, so a
+client that leaves cancels the upstream request, and a second `response.create` before the
+first ended is answered with an error frame instead of being queued behind it.
+
+Limits: connections at once, a connection's lifetime, and how much a connection remembers
+(past it, the next continuation is "not found" and the client sends the whole history, as
+after a reconnect). A connection over its lifetime is told `websocket_connection_limit_reached`
+(Codex reconnects) and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from codexgate.backends.base import Call, Inbound
+from codexgate.errors import GatewayError, InvalidRequest
+from codexgate.redact import Redactor
+from codexgate.server.access import Exchange
+from codexgate.server.guard import API_KEY_NAME
+from codexgate.server.http_errors import redact_failure
+from codexgate.server.state import Recent, Remembered, ResponseState
+from codexgate.translate.envelope import Envelope, estimated_usage
+from codexgate.translate.turn import new_id
+from codexgate.wire.responses import ResponsesRequest
+from codexgate.wire.responses_events import FAILED, TERMINAL
+
+log = logging.getLogger("codexgate.websocket")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+LIMIT_REACHED = "websocket_connection_limit_reached"
+IN_FLIGHT = "response_in_progress"
+_GOING_AWAY = 1001
+_TRY_AGAIN_LATER = 1013
+
+
+@dataclass(frozen=True, slots=True)
+class SocketLimits:
+    max_connections: int = 256
+    max_lifetime: float = 3600.0  # seconds
+    max_memory: int = 64 * 1024 * 1024  # bytes a connection may remember of its last response
+
+
+# The create frame and the API key's name -> (canonical request, what is known of it);
+# raises InvalidRequest naming the field.
+Reader = Callable[[dict[str, Any], str | None, int], tuple[ResponsesRequest, Inbound]]
+# What runs one request for a connection (the app's: route, expand, backend call, store).
+Starter = Callable[[ResponsesRequest, Inbound, Exchange, Recent], Awaitable[Call]]
+
+
+class ResponsesSockets:
+    """Every WebSocket connection on /v1/responses."""
+
+    def __init__(
+        self, read: Reader, start: Starter, state: ResponseState, redactor: Redactor, limits: SocketLimits
+    ) -> None:
+        self._read = read
+        self._start = start
+        self._state = state
+        self._redactor = redactor
+        self.limits = limits
+        self.open = 0
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        if self.open >= self.limits.max_connections:
+            error = GatewayError(
+                f"This gateway serves at most {self.limits.max_connections} WebSocket connections; "
+                "reconnect later.",
+                code=LIMIT_REACHED,
+                status=503,
+            )
+            await send(_text(_error_frame(error)))
+            await send({"type": "websocket.close", "code": _TRY_AGAIN_LATER})
+            return
+        self.open += 1
+        try:
+            await _Connection(self, scope, receive, send).run()
+        finally:
+            self.open -= 1
+
+
+class _Connection:
+    def __init__(self, sockets: ResponsesSockets, scope: Scope, receive: Receive, send: Send) -> None:
+        self.sockets = sockets
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.recent = Recent()
+        self.remembered_bytes = 0
+        self.opened = time.monotonic()
+        self.frames: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.busy = False
+
+    async def run(self) -> None:
+        reader = asyncio.ensure_future(self._read_frames())
+        try:
+            while (message := await self.frames.get()) is not None:
+                if time.monotonic() - self.opened > self.sockets.limits.max_lifetime:
+                    await self._send_error(
+                        GatewayError(
+                            "This WebSocket connection reached its lifetime limit; reconnect.",
+                            code=LIMIT_REACHED,
+                            status=400,
+                        )
+                    )
+                    await self.send({"type": "websocket.close", "code": _GOING_AWAY})
+                    return
+                await self._respond(message)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read_frames(self) -> None:
+        """Frames into the queue; a frame that arrives while a response streams is refused at
+        once. None at the end of the connection."""
+        try:
+            while True:
+                message = await self.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message["type"] != "websocket.receive":
+                    return  # nothing else may follow the connect message
+                if self.busy:
+                    await self._send_error(
+                        InvalidRequest(
+                            "A response is already in progress on this connection; send the next "
+                            "response.create after its terminal event.",
+                            code=IN_FLIGHT,
+                            status=409,
+                        )
+                    )
+                    continue
+                self.busy = True
+                await self.frames.put(message)
+        finally:
+            self.frames.put_nowait(None)
+
+    async def _respond(self, message: dict[str, Any]) -> None:
+        text = message.get("text")
+        raw = text.encode() if isinstance(text, str) else (message.get("bytes") or b"")
+        exchange = Exchange(None, "responses-ws")
+        previous: str | None = None
+        try:
+            data = _create_frame(raw)
+            generate = data.pop("generate", True)
+            req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), len(raw))
+            exchange.model = req.model
+            previous = req.previous_response_id
+            if generate is False:
+                await self._prewarm(req, inbound, len(raw))
+                exchange.status, exchange.outcome = 200, "prewarmed"
+                return
+            call = await self.sockets._start(req, inbound, exchange, self.recent)
+            await call.open()
+            await self._stream(call, exchange, len(raw))
+        except GatewayError as exc:
+            exchange.status, exchange.outcome = exc.status, exc.code
+            if previous is not None:  # a failed continuation evicts what it continued
+                self.recent.forget(previous)
+            await self._send_error(exc)
+        finally:
+            self.busy = False
+            exchange.log()
+
+    async def _stream(self, call: Call, exchange: Exchange, frame_bytes: int) -> None:
+        events = call.events()
+        exchange.status = 200
+        output_bytes = 0
+        batches = 0
+        try:
+            async for batch in events:
+                last = batch[-1]
+                if last["type"] == FAILED:
+                    redact_failure(last, self.sockets._redactor)
+                for event in batch:
+                    frame = orjson.dumps(event).decode()
+                    if event["type"] == "response.output_item.done":
+                        output_bytes += len(frame)
+                    await self.send({"type": "websocket.send", "text": frame})
+                batches += 1
+                if batches == 2:
+                    exchange.saw_output()
+                if last["type"] in TERMINAL:
+                    exchange.ended_with(last)
+                    self._account(frame_bytes + output_bytes)
+                    break
+            async for _ in events:  # the backend drains the upstream after the terminal event
+                pass
+        finally:
+            await events.aclose()
+
+    def _account(self, added: int) -> None:
+        """Keep the connection's memory within its limit: past it, forget the last response
+        (the next continuation is "not found"; the client then sends the whole history)."""
+        if self.recent.last is None:
+            self.remembered_bytes = 0
+            return
+        self.remembered_bytes += added
+        if self.remembered_bytes > self.sockets.limits.max_memory:
+            self.recent.last = None
+            self.remembered_bytes = 0
+
+    async def _prewarm(self, req: ResponsesRequest, inbound: Inbound, frame_bytes: int) -> None:
+        """`generate:false` (an extension the newest spec dropped; Codex sends it): nothing is
+        generated; the request's context is remembered so that the next request continues it
+        with only new items. Codex waits for the completed event."""
+        prepared = await self.sockets._state.prepare(req, inbound, self.recent)
+        now = int(time.time())
+        envelope = Envelope.for_request(req, new_id("resp"), now)
+        created = envelope.resource("in_progress", [])
+        done = envelope.resource("completed", [], usage=estimated_usage(0, 0), completed_at=now)
+        self.recent.last = Remembered(envelope.response_id, prepared.req.input, [])
+        self._account(frame_bytes)
+        await self.send(_text({"type": "response.created", "sequence_number": 0, "response": created}))
+        await self.send(_text({"type": "response.completed", "sequence_number": 1, "response": done}))
+
+    async def _send_error(self, error: GatewayError) -> None:
+        with contextlib.suppress(Exception):  # the client may be gone
+            await self.send(_text(_error_frame(error, self.sockets._redactor)))
+
+
+def _create_frame(raw: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"The frame is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The frame must be a JSON object.")
+    kind = data.pop("type", None)
+    if kind != "response.create":
+        raise InvalidRequest(
+            f'Unknown frame type {str(kind)[:60]!r}: send {{"type": "response.create", ...}}.', param="type"
+        )
+    data.pop("stream", None)  # a WebSocket answer is always a stream of events
+    data["stream"] = True
+    return data
+
+
+def _error_frame(error: GatewayError, redactor: Redactor | None = None) -> dict[str, Any]:
+    """`{"type":"error","status":...,"error":{...}}`: what Codex maps like an HTTP error."""
+    body = error.to_body()["error"]
+    if redactor is not None and isinstance(body.get("message"), str):
+        body["message"] = redactor.redact(body["message"])
+    frame: dict[str, Any] = {"type": "error", "status": error.status, "error": body}
+    if error.retry_after is not None:
+        frame["headers"] = {"retry-after": str(max(1, round(error.retry_after)))}
+    return frame
+
+
+def _text(frame: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "websocket.send", "text": orjson.dumps(frame).decode()}

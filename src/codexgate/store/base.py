@@ -1,0 +1,175 @@
+"""The store: responses kept for `previous_response_id`, `item_reference`, `GET` and `DELETE`
+of `/v1/responses/{id}`, and the secret that seals compaction handles.
+
+A small async protocol with one contract test suite (tests/store/) run against every
+implementation: SQLite (store/sqlite.py, the embedded default), Redis (store/redis.py) and
+PostgreSQL (store/postgres.py) for several gateway processes or hosts.
+
+Ownership is part of every key: a response belongs to the inbound key that made it (`owner`,
+the key's name; "" when the gateway has no keys), and a lookup under another owner finds
+nothing, exactly as an unknown id does, so one caller cannot even learn that another's id
+exists.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+Item = dict[str, Any]
+
+# How far `chain` walks back at most: a longer chain is refused rather than rebuilt slowly.
+MAX_CHAIN = 10_000
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    id: str
+    owner: str
+    created_at: float  # unix seconds
+    previous_response_id: str | None
+    input: list[Item]  # this request's own input items (references resolved), each with an `id`
+    output: list[Item]  # the response's output items, each with an `id`
+    response: dict[str, Any]  # the response object of the terminal event, as `GET` returns it
+    size: int = 0  # bytes as stored; set by the store
+
+
+@dataclass(slots=True)
+class Retention:
+    """What the store keeps: responses younger than `max_age` seconds, and, past `max_bytes`
+    in total, the newest only. None: no limit."""
+
+    max_age: float | None = 30 * 24 * 3600.0
+    max_bytes: int | None = 1 << 30
+
+
+@dataclass(slots=True)
+class StoreStats:
+    responses: int = 0
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Every method may be called concurrently from many requests. No method blocks the event
+    loop: file and network I/O run in threads or async drivers."""
+
+    name: str  # "sqlite", "redis", "postgres"
+
+    async def open(self) -> None:
+        """Connect, create tables if needed. Raises StoreError with a message a user can act on
+        (which server, which path) when the store cannot be reached."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def put(self, record: StoredResponse) -> None:
+        """Keep `record` (replacing one with the same id and owner). Durable when it returns:
+        a `kill -9` of the gateway right after does not lose it. Concurrent puts are committed
+        together where the store can (one transaction for many writers)."""
+        ...
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        """None when unknown, expired, deleted, or another owner's."""
+        ...
+
+    async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
+        """The response and those it continues (by `previous_response_id`), oldest first,
+        ending with `response_id`. Stops where a link is missing (the first record's
+        `previous_response_id` is then not None) or after MAX_CHAIN records. Empty when
+        `response_id` itself is unknown to this owner."""
+        ...
+
+    async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
+        """Input or output items of this owner's stored responses, by item id; ids not found
+        are absent from the answer."""
+        ...
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        """False when there was nothing of this owner's to delete."""
+        ...
+
+    async def prune(self) -> int:
+        """Apply the retention; how many responses were removed."""
+        ...
+
+    async def stats(self) -> StoreStats: ...
+
+    async def secret(self) -> bytes:
+        """32 random bytes created once per store and shared by every process using it (the
+        key that seals compaction handles)."""
+        ...
+
+
+class StoreError(Exception):
+    """The store cannot be used (unreachable, unwritable, corrupt)."""
+
+
+# Helpers shared by the implementations: one encoding of a record's body, so a record moved
+# between stores keeps its size, and one reading of the retention.
+
+
+def encode_body(record: StoredResponse) -> bytes:
+    """The stored body of `record`: orjson of {input, output, response}."""
+    return orjson.dumps({"input": record.input, "output": record.output, "response": record.response})
+
+
+def decode_body(
+    body: bytes,
+    *,
+    response_id: str,
+    owner: str,
+    created_at: float,
+    previous_response_id: str | None,
+    size: int,
+) -> StoredResponse:
+    """The record whose body `encode_body` made."""
+    data = orjson.loads(body)
+    return StoredResponse(
+        id=response_id,
+        owner=owner,
+        created_at=created_at,
+        previous_response_id=previous_response_id,
+        input=data["input"],
+        output=data["output"],
+        response=data["response"],
+        size=size,
+    )
+
+
+def item_ids(record: StoredResponse) -> list[str]:
+    """The ids of `record`'s input and output items, each once, in order (items without a
+    string id cannot be referenced, so they are not indexed)."""
+    seen: dict[str, None] = {}
+    for item in (*record.input, *record.output):
+        item_id = item.get("id")
+        if isinstance(item_id, str):
+            seen.setdefault(item_id, None)
+    return list(seen)
+
+
+def pick_items(records: Iterable[StoredResponse], wanted: Iterable[str]) -> dict[str, Item]:
+    """The items of `records` whose ids are in `wanted`; where two records hold the same id
+    (a later request repeats an earlier item), the first of `records` wins, so callers pass
+    them newest first."""
+    want = set(wanted)
+    found: dict[str, Item] = {}
+    for record in records:
+        for item in (*record.input, *record.output):
+            item_id = item.get("id")
+            if isinstance(item_id, str) and item_id in want and item_id not in found:
+                found[item_id] = item
+    return found
+
+
+def oldest_kept(retention: Retention, now: float | None = None) -> float:
+    """The smallest `created_at` still within `max_age` (-inf without an age limit): reads
+    compare against it, so an expired record is never returned even before `prune` runs."""
+    if retention.max_age is None:
+        return -math.inf
+    return (time.time() if now is None else now) - retention.max_age

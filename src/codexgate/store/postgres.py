@@ -1,0 +1,322 @@
+"""The store on a PostgreSQL server, for several gateway processes or hosts.
+
+Tables as in the SQLite store (prefixed `codexgate_`, the database may be shared): records
+with their body as BYTEA (the same orjson bytes, so sizes agree between stores), an item
+index that follows its record by a cascading foreign key, and a one-row-per-key meta table
+for the secret.
+
+Puts are group-committed like SQLite's: while one transaction is in flight, the puts that
+arrive wait together and go in the next one, a single multi-row upsert (rows sorted by key, so
+two gateways writing the same records lock them in the same order and never deadlock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+
+from codexgate.redact import Redactor, redact_url, url_secrets
+from codexgate.store.base import (
+    MAX_CHAIN,
+    Item,
+    Retention,
+    StoredResponse,
+    StoreError,
+    StoreStats,
+    decode_body,
+    encode_body,
+    item_ids,
+    oldest_kept,
+    pick_items,
+)
+
+_SCHEMA_LOCK = 0x636F6465786761  # an advisory lock id: two gateways creating tables at once wait
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS codexgate_responses (
+    owner TEXT NOT NULL,
+    id TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    previous_response_id TEXT,
+    size INTEGER NOT NULL,
+    body BYTEA NOT NULL,
+    PRIMARY KEY (owner, id)
+);
+CREATE INDEX IF NOT EXISTS codexgate_responses_by_age ON codexgate_responses (created_at);
+CREATE TABLE IF NOT EXISTS codexgate_items (
+    owner TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    PRIMARY KEY (owner, item_id, response_id),
+    FOREIGN KEY (owner, response_id) REFERENCES codexgate_responses (owner, id) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS codexgate_items_by_response ON codexgate_items (owner, response_id);
+CREATE TABLE IF NOT EXISTS codexgate_meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
+"""
+
+_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
+
+_UPSERT = f"""
+INSERT INTO codexgate_responses ({_COLUMNS})
+SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[], $5::int[], $6::bytea[])
+ON CONFLICT (owner, id) DO UPDATE SET created_at = excluded.created_at,
+    previous_response_id = excluded.previous_response_id, size = excluded.size, body = excluded.body
+"""
+
+_DROP_ITEMS = """
+DELETE FROM codexgate_items AS i USING unnest($1::text[], $2::text[]) AS k(owner, id)
+WHERE i.owner = k.owner AND i.response_id = k.id
+"""
+
+_ADD_ITEMS = """
+INSERT INTO codexgate_items (owner, item_id, response_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING
+"""
+
+_CHAIN = f"""
+WITH RECURSIVE chain(depth, owner, id, prev) AS (
+    SELECT 0, owner, id, previous_response_id FROM codexgate_responses
+        WHERE owner = $1 AND id = $2 AND created_at >= $3
+    UNION ALL
+    SELECT chain.depth + 1, r.owner, r.id, r.previous_response_id FROM chain
+        JOIN codexgate_responses AS r ON r.owner = $1 AND r.id = chain.prev
+        WHERE chain.depth + 1 < $4 AND r.created_at >= $3
+)
+SELECT {", ".join("r." + c for c in _COLUMNS.split(", "))}
+FROM chain JOIN codexgate_responses AS r USING (owner, id) ORDER BY chain.depth DESC
+"""
+
+_ITEMS = f"""
+SELECT {_COLUMNS} FROM codexgate_responses WHERE (owner, id) IN (
+    SELECT owner, response_id FROM codexgate_items WHERE owner = $1 AND item_id = ANY($2::text[])
+) AND created_at >= $3 ORDER BY created_at DESC, id DESC
+"""
+
+_OVER_BUDGET = """
+DELETE FROM codexgate_responses WHERE (owner, id) IN (
+    SELECT owner, id FROM (
+        SELECT owner, id, SUM(size) OVER (
+            ORDER BY created_at DESC, owner DESC, id DESC
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS running FROM codexgate_responses
+    ) AS t WHERE running > $1
+)
+"""
+
+
+class _Put:
+    __slots__ = ("record", "body", "future")
+
+    def __init__(self, record: StoredResponse, body: bytes, future: asyncio.Future[None]) -> None:
+        self.record, self.body, self.future = record, body, future
+
+
+def _row_record(row: asyncpg.Record) -> StoredResponse:
+    return decode_body(
+        row["body"],
+        response_id=row["id"],
+        owner=row["owner"],
+        created_at=row["created_at"],
+        previous_response_id=row["previous_response_id"],
+        size=row["size"],
+    )
+
+
+def _count(status: str) -> int:
+    """The row count of a command status such as "DELETE 3"."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PostgresStore:
+    name = "postgres"
+
+    def __init__(self, dsn: str, retention: Retention) -> None:
+        self.dsn = dsn
+        self.retention = retention
+        self._pool: asyncpg.Pool | None = None
+        self._redactor = Redactor(url_secrets(dsn))
+        self._secret: bytes | None = None
+        self._pending: list[_Put] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.commits = 0  # put transactions committed (for tests and benchmarks)
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, ValueError) as exc:
+            detail = self._redactor.redact(str(exc) or type(exc).__name__)
+            where = redact_url(self.dsn)
+            raise StoreError(f"cannot {doing} the PostgreSQL store at {where}: {detail}") from exc
+
+    @property
+    def _db(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreError(f"the PostgreSQL store at {redact_url(self.dsn)} is not open")
+        return self._pool
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        with self._errors("reach"):
+            pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=10, timeout=10, command_timeout=60
+            )
+            try:
+                async with pool.acquire() as conn, conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                    await conn.execute(_SCHEMA)
+                    # Whoever inserts first wins; every process then reads that one.
+                    await conn.execute(
+                        "INSERT INTO codexgate_meta (key, value) VALUES ('secret', $1)"
+                        " ON CONFLICT DO NOTHING",
+                        secrets.token_bytes(32),
+                    )
+                    value = await conn.fetchval("SELECT value FROM codexgate_meta WHERE key = 'secret'")
+            except BaseException:
+                await pool.close()
+                raise
+        self._pool, self._secret = pool, value
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # -- puts, grouped -----------------------------------------------------------------------
+
+    async def put(self, record: StoredResponse) -> None:
+        self._db  # noqa: B018 - fail now, not in the flusher, when the store is not open
+        body = encode_body(record)
+        record.size = len(body)
+        put = _Put(record, body, asyncio.get_running_loop().create_future())
+        self._pending.append(put)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        await put.future
+
+    async def _flush(self) -> None:
+        """Commit what is pending, then what arrived meanwhile, until nothing is left."""
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await self._commit(batch)
+                except Exception as exc:
+                    if len(batch) > 1 and isinstance(exc.__cause__, asyncpg.PostgresError):
+                        # The server refused the batch (say a NUL in one id): alone, each
+                        # record succeeds or fails on its own, one bad one fails no other.
+                        for put in batch:
+                            await self._settle([put])
+                    else:
+                        self._resolve(batch, exc)
+                else:
+                    self._resolve(batch, None)
+        finally:
+            self._flusher = None
+
+    async def _settle(self, batch: list[_Put]) -> None:
+        try:
+            await self._commit(batch)
+        except Exception as exc:
+            self._resolve(batch, exc)
+        else:
+            self._resolve(batch, None)
+
+    @staticmethod
+    def _resolve(batch: list[_Put], error: Exception | None) -> None:
+        for put in batch:
+            if put.future.done():  # the caller was cancelled
+                continue
+            if error is None:
+                put.future.set_result(None)
+            else:
+                put.future.set_exception(error)
+
+    async def _commit(self, batch: list[_Put]) -> None:
+        latest: dict[tuple[str, str], _Put] = {}
+        for put in batch:  # the same record twice in a batch: the later put wins
+            latest[(put.record.owner, put.record.id)] = put
+        puts = [latest[key] for key in sorted(latest)]
+        records = [p.record for p in puts]
+        items = [(r.owner, item_id, r.id) for r in records for item_id in item_ids(r)]
+        with self._errors("write to"):
+            async with self._db.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    _UPSERT,
+                    [r.id for r in records],
+                    [r.owner for r in records],
+                    [r.created_at for r in records],
+                    [r.previous_response_id for r in records],
+                    [len(p.body) for p in puts],
+                    [p.body for p in puts],
+                )
+                await conn.execute(_DROP_ITEMS, [r.owner for r in records], [r.id for r in records])
+                if items:
+                    await conn.execute(_ADD_ITEMS, *(list(column) for column in zip(*items, strict=True)))
+        self.commits += 1
+
+    # -- the rest of the protocol ------------------------------------------------------------
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        with self._errors("read"):
+            row = await self._db.fetchrow(
+                f"SELECT {_COLUMNS} FROM codexgate_responses"
+                " WHERE owner = $1 AND id = $2 AND created_at >= $3",
+                owner,
+                response_id,
+                oldest_kept(self.retention),
+            )
+        return None if row is None else _row_record(row)
+
+    async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
+        with self._errors("read"):
+            rows = await self._db.fetch(_CHAIN, owner, response_id, oldest_kept(self.retention), MAX_CHAIN)
+        return [_row_record(row) for row in rows]
+
+    async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
+        wanted = list(dict.fromkeys(item_ids))
+        if not wanted:
+            return {}
+        with self._errors("read"):
+            rows = await self._db.fetch(_ITEMS, owner, wanted, oldest_kept(self.retention))
+        return pick_items((_row_record(row) for row in rows), wanted)
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        with self._errors("write to"):
+            status = await self._db.execute(
+                "DELETE FROM codexgate_responses WHERE owner = $1 AND id = $2", owner, response_id
+            )
+        return _count(status) > 0
+
+    async def prune(self) -> int:
+        removed = 0
+        with self._errors("write to"):
+            async with self._db.acquire() as conn, conn.transaction():
+                status = await conn.execute(
+                    "DELETE FROM codexgate_responses WHERE created_at < $1", oldest_kept(self.retention)
+                )
+                removed += _count(status)
+                if self.retention.max_bytes is not None:
+                    removed += _count(await conn.execute(_OVER_BUDGET, self.retention.max_bytes))
+        return removed
+
+    async def stats(self) -> StoreStats:
+        with self._errors("read"):
+            row: Any = await self._db.fetchrow(
+                "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS total FROM codexgate_responses"
+            )
+        extra = {"dsn": redact_url(self.dsn)}
+        return StoreStats(responses=int(row["n"]), bytes=int(row["total"]), extra=extra)
+
+    async def secret(self) -> bytes:
+        if self._secret is None:
+            raise StoreError(f"the PostgreSQL store at {redact_url(self.dsn)} is not open")
+        return self._secret
