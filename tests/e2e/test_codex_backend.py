@@ -80,6 +80,8 @@ def model(body: JSON) -> Any:
         return text_reply(f"Client said: {results[-1]}")
     if "slow" in prompt:
         return text_reply("word " * 400, delay_between_chunks=0.05)
+    if "Write that handoff summary" in prompt:  # the gateway's compaction request (SUMMARY_PROMPT)
+        return text_reply("SUMMARY: the user said one.")
     if "echo" in prompt:
         return text_reply("answer " + prompt.rsplit("echo", 1)[1].strip(" \"'"))
     return text_reply("Hi.")
@@ -194,6 +196,29 @@ async def test_a_conversation_continues_its_thread_over_the_responses_face(tmp_p
     assert threads == 1
     last = agent.fake.requests[-1].body["messages"]
     assert any("answer one" in str(m.get("content")) for m in last if m["role"] == "assistant")
+
+
+async def test_stored_responses_and_compaction_work_over_codex(tmp_path: Path) -> None:
+    async with codex_agent(tmp_path) as agent:
+        first = await agent.chat.responses.create(model="codex-agent", input="echo one")
+        second = await agent.chat.responses.create(
+            model="codex-agent", input="echo two", previous_response_id=first.id
+        )
+        carried = agent.fake.requests[-1].body["messages"]
+        compacted = await agent.chat.responses.create(
+            model="codex-agent",
+            input=[{"role": "user", "content": "echo one"}, {"type": "compaction_trigger"}],  # type: ignore[list-item]
+        )
+        item = compacted.output[0].model_dump()
+        third = await agent.chat.responses.create(
+            model="codex-agent", input=[item, {"role": "user", "content": "echo three"}]  # type: ignore[list-item]
+        )
+        summary_seen = agent.fake.requests[-1].body["messages"]
+    assert second.output_text == "answer two"
+    assert any("answer one" in str(m.get("content")) for m in carried if m["role"] == "assistant")
+    assert [i.type for i in compacted.output] == ["compaction"]
+    assert third.output_text == "answer three"
+    assert any("SUMMARY: the user said one." in str(m.get("content")) for m in summary_seen)
 
 
 async def test_four_conversations_run_at_once(tmp_path: Path) -> None:
