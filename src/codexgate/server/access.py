@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("codexgate.access")
@@ -23,7 +24,7 @@ class Exchange:
 
     __slots__ = (
         "complete", "started", "request_id", "face", "model", "upstream", "status", "outcome",
-        "first_output", "usage", "response_id",
+        "first_output", "usage", "response_id", "req", "terminal", "watch", "wall_start",
     )  # fmt: skip
 
     def __init__(self, request_id: str | None = None, face: str | None = None) -> None:
@@ -38,6 +39,12 @@ class Exchange:
         self.first_output: float | None = None  # perf_counter of the first model output
         self.usage: dict[str, Any] | None = None
         self.response_id: str | None = None
+        self.wall_start = time.time()
+        # For observers (server/observe.py): the canonical request once read, the terminal
+        # event once sent, and what sees each batch of events (None: nothing watches).
+        self.req: Any = None
+        self.terminal: dict[str, Any] | None = None
+        self.watch: Callable[[list[dict[str, Any]]], None] | None = None
 
     def saw_output(self) -> None:
         if self.first_output is None:
@@ -45,6 +52,7 @@ class Exchange:
 
     def ended_with(self, terminal: dict[str, Any]) -> None:
         """Record the terminal event (`response.completed`, `.failed`, `.incomplete`)."""
+        self.terminal = terminal
         resource = terminal.get("response") or {}
         self.response_id = resource.get("id")
         usage = resource.get("usage")

@@ -35,6 +35,7 @@ from codexgate.server.delivery import Ask, ClientGone, Face, deliver, until_disc
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
+from codexgate.server.observe import Observers
 from codexgate.server.state import Recent, ResponseState
 from codexgate.server.stored import ResourceHandler, StoredResponses
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
@@ -65,6 +66,7 @@ class GatewayApp:
         faces: dict[str, Face] | None = None,
         state: ResponseState | None = None,
         socket_limits: SocketLimits | None = None,
+        observers: Observers | None = None,
     ) -> None:
         """`faces`: the faces by the path they serve under /v1 (POST), e.g.
         {"/responses": ResponsesFace()}."""
@@ -76,6 +78,8 @@ class GatewayApp:
         self.body_timeout = body_timeout
         # Stored responses, previous_response_id, item_reference, compaction (server/state.py).
         self.state = state or ResponseState(None)
+        # Metrics, traces, the recorder, the live view (server/observe.py).
+        self.observers = observers or Observers()
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
@@ -93,6 +97,7 @@ class GatewayApp:
                 self.state,
                 self.redactor,
                 socket_limits or SocketLimits(),
+                self.observers.finished,
             )
             if isinstance(responses, ResponsesFace)
             else None
@@ -246,7 +251,7 @@ class GatewayApp:
         try:
             # The body is not kept in a variable: this frame lives as long as the stream.
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
-            exchange.model = ask.req.model
+            exchange.model, exchange.req = ask.req.model, ask.req
             call = await self._call(ask.req, ask.inbound, exchange)
             await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
         except GatewayError as exc:
@@ -257,6 +262,7 @@ class GatewayApp:
             raise
         finally:
             exchange.log()
+            self.observers.finished(exchange)
 
     async def _call(
         self, req: ResponsesRequest, inbound: Inbound, exchange: Exchange, recent: Recent | None = None
@@ -269,6 +275,7 @@ class GatewayApp:
         exchange.upstream = route.backend.name
         prepared = await self.state.prepare(req, inbound, recent)
         call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
+        self.observers.started(exchange)
         return self.state.wrap(call, prepared, recent)
 
     async def _answer(self, call: Call, ask: Ask, send: Send, delivery: Exchange) -> None:

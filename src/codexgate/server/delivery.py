@@ -92,6 +92,7 @@ async def deliver_stream(
     # started, so whatever happens to the client next, closing the run releases the backend.
     batches = 0
     terminal: Event | None = None
+    watch = delivery.watch
     async for batch in events:
         if not batches:
             await send({"type": "http.response.start", "status": 200, "headers": encoder.headers})
@@ -99,6 +100,8 @@ async def deliver_stream(
         last = batch[-1]
         if last["type"] == FAILED:
             redact_failure(last, redactor)
+        if watch is not None:
+            watch(batch)
         data = encoder.batch(batch)
         if data:  # a face may have nothing to say for some events (chat: in_progress)
             await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -126,19 +129,22 @@ async def deliver_body(
     """Non-streaming: the same events, folded into one body by the face's encoder."""
     final: Event | None = None
     batches = 0
+    watch = delivery.watch
     async for batch in events:
         batches += 1
         if batches == 2:
             delivery.saw_output()
         last = batch[-1]
+        if last["type"] == FAILED:
+            redact_failure(last, redactor)
+        if watch is not None:
+            watch(batch)
         if last["type"] in TERMINAL:
             final = last
             break
     if final is None:
         raise GatewayError("The stream ended without a terminal event.")
     delivery.complete = True
-    if final["type"] == FAILED:
-        redact_failure(final, redactor)
     delivery.ended_with(final)
     status, body = encoder.whole(final)
     delivery.status = status

@@ -66,8 +66,15 @@ class ResponsesSockets:
     """Every WebSocket connection on /v1/responses."""
 
     def __init__(
-        self, read: Reader, start: Starter, state: ResponseState, redactor: Redactor, limits: SocketLimits
+        self,
+        read: Reader,
+        start: Starter,
+        state: ResponseState,
+        redactor: Redactor,
+        limits: SocketLimits,
+        finished: Callable[[Exchange], None] = lambda exchange: None,
     ) -> None:
+        self._finished = finished
         self._read = read
         self._start = start
         self._state = state
@@ -162,7 +169,7 @@ class _Connection:
             data = _create_frame(raw)
             generate = data.pop("generate", True)
             req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), len(raw))
-            exchange.model = req.model
+            exchange.model, exchange.req = req.model, req
             previous = req.previous_response_id
             if generate is False:
                 await self._prewarm(req, inbound, len(raw))
@@ -179,17 +186,21 @@ class _Connection:
         finally:
             self.busy = False
             exchange.log()
+            self.sockets._finished(exchange)
 
     async def _stream(self, call: Call, exchange: Exchange, frame_bytes: int) -> None:
         events = call.events()
         exchange.status = 200
         output_bytes = 0
         batches = 0
+        watch = exchange.watch
         try:
             async for batch in events:
                 last = batch[-1]
                 if last["type"] == FAILED:
                     redact_failure(last, self.sockets._redactor)
+                if watch is not None:
+                    watch(batch)
                 for event in batch:
                     frame = orjson.dumps(event).decode()
                     if event["type"] == "response.output_item.done":
