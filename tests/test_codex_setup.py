@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from codexgate.cli import main
 from codexgate.codex_setup import (
     DEFAULT_CONTEXT_WINDOW,
     FALLBACK_BASE_INSTRUCTIONS,
@@ -142,7 +143,7 @@ def test_config_is_valid_toml_selecting_model_provider_and_catalog(tmp_path: Pat
     assert provider["name"] != "OpenAI"
     assert provider["base_url"] == URL + "/v1"
     assert provider["wire_api"] == "responses"
-    assert provider["supports_websockets"] is False
+    assert provider["supports_websockets"] is True
     assert provider["stream_idle_timeout_ms"] > 0
     assert "env_key" not in provider
     assert "profiles" not in config and "profile" not in config
@@ -163,6 +164,47 @@ def test_env_key_and_view_image_are_opt_in() -> None:
     assert config["features"]["view_image"] is True
 
 
+def test_websockets_can_be_turned_off() -> None:
+    on = tomllib.loads(render_config("gw", URL, "m", "/c.json", "p"))
+    off = tomllib.loads(render_config("gw", URL, "m", "/c.json", "p", websockets=False))
+
+    assert on["model_providers"]["gw"]["supports_websockets"] is True
+    assert off["model_providers"]["gw"]["supports_websockets"] is False
+
+
+def test_remote_compaction_names_the_provider_openai_and_says_why() -> None:
+    plain = render_config("gw", URL, "m", "/c.json", "p")
+    text = render_config("gw", URL, "m", "/c.json", "p", remote_compaction=True)
+    config = tomllib.loads(text)
+
+    assert tomllib.loads(plain)["model_providers"]["gw"]["name"] == "codexgate"
+    assert "compaction" not in plain
+    provider = config["model_providers"]["gw"]
+    assert provider["name"] == "OpenAI"  # exactly: Codex compares the display name
+    assert config["model_provider"] == "gw"  # the id is unchanged
+    assert provider["base_url"] == URL + "/v1"
+    lines = text.splitlines()
+    at = lines.index('name = "OpenAI"')
+    comment: list[str] = []
+    for line in reversed(lines[:at]):
+        if not line.startswith("#"):
+            break
+        comment.insert(0, line)
+    assert comment, "a comment above the name explains it"
+    assert "remote" in " ".join(comment).lower() and "compact" in " ".join(comment).lower()
+    assert lines[at - len(comment) - 1] == "[model_providers.gw]"
+
+
+def test_write_codex_setup_passes_both_options_on(tmp_path: Path) -> None:
+    result = write_codex_setup(
+        tmp_path, URL, [ModelSpec("m", None)], websockets=False, remote_compaction=True
+    )
+
+    provider = tomllib.loads(result.config_path.read_text())["model_providers"]["codexgate"]
+    assert provider["supports_websockets"] is False
+    assert provider["name"] == "OpenAI"
+
+
 def test_strings_round_trip_through_toml() -> None:
     model = 'we"ird\\name \u00e9\U0001f600\x7f\ttab'
     config = tomllib.loads(render_config("gw", URL, model, "/c.json", "p"))
@@ -173,9 +215,12 @@ def test_strings_round_trip_through_toml() -> None:
 @pytest.mark.parametrize(
     ("provider", "profile"), [("OpenAI", "p"), ("openai", "p"), ("a b", "p"), ("gw", "../x")]
 )
-def test_bad_provider_or_profile_names_are_refused(provider: str, profile: str) -> None:
+@pytest.mark.parametrize("remote_compaction", [False, True])
+def test_bad_provider_or_profile_names_are_refused(
+    provider: str, profile: str, remote_compaction: bool
+) -> None:
     with pytest.raises(CodexSetupError):
-        render_config(provider, URL, "m", "/c.json", profile)
+        render_config(provider, URL, "m", "/c.json", profile, remote_compaction=remote_compaction)
 
 
 def test_standalone_setup_makes_out_dir_a_codex_home(tmp_path: Path) -> None:
@@ -328,3 +373,32 @@ def test_missing_base_instructions_raise(
 def test_a_missing_codex_binary_raises(tmp_path: Path) -> None:
     with pytest.raises(CodexSetupError):
         codex_base_instructions(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    ("flags", "websockets", "name"),
+    [((), True, "codexgate"), (("--no-websockets", "--remote-compaction"), False, "OpenAI")],
+)
+def test_codex_setup_command_flags(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, ...],
+    websockets: bool,
+    name: str,
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no codex binary: the fallback prompt is used
+    argv = ["codex-setup", "--upstream", "http://127.0.0.1:9/v1", "--codex-home", str(tmp_path)]
+    code = main([*argv, "--model", "m", "--context-window", "32768", *flags])
+
+    assert code == 0
+    out = capsys.readouterr().out
+    provider = tomllib.loads((tmp_path / "codexgate.config.toml").read_text())["model_providers"]
+    assert provider["codexgate"]["supports_websockets"] is websockets
+    assert provider["codexgate"]["name"] == name
+    compaction_lines = [line for line in out.splitlines() if "compact" in line]
+    if name == "OpenAI":
+        assert len(compaction_lines) == 1 and '"OpenAI"' in compaction_lines[0]
+        assert "locally" in compaction_lines[0]
+    else:
+        assert compaction_lines == []

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -88,7 +87,15 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const=False,
     )
+    _setting_flag(
+        parser, "ui", "do not serve the live view at /ui", flag="--no-ui", action="store_const", const=False
+    )
     _setting_flag(parser, "log_level", "debug, info, warning, error or critical", metavar="LEVEL")
+    _setting_flag(
+        parser, "record_dir", "record each turn into this directory, secrets masked (off by default)",
+        metavar="DIR",
+    )  # fmt: skip
+    _setting_flag(parser, "log_format", "logfmt, or json: one object per line", metavar="FORMAT")
     _setting_flag(
         parser,
         "allow_unauthenticated",
@@ -107,11 +114,10 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from codexgate.app import build_app
     from codexgate.server import serve
+    from codexgate.server.logs import configure_logging
 
     settings = _settings_from(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     app = build_app(settings, config_file=resolve_config_file(args.config, os.environ))
     serve.run(settings, app)
     return 0
@@ -131,6 +137,12 @@ def _doctor(args: argparse.Namespace) -> int:
     args.upstream = args.upstream or os.environ.get(ENV_PREFIX + "UPSTREAM") or None
     args.api_key_env = args.api_key_env or os.environ.get(ENV_PREFIX + "UPSTREAM_API_KEY_ENV") or None
     return run_doctor(args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from codexgate.replay import main as replay
+
+    return replay(args.file, upstream_only=args.upstream_only, port=args.port, write_test_to=args.write_test)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,6 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="Codex home to write into (default $CODEX_HOME, else ~/.codex)",
     )
     setup.add_argument("--profile", default="codexgate", help="Codex profile name (default codexgate)")
+    setup.add_argument(
+        "--no-websockets",
+        dest="websockets",
+        action="store_false",
+        help="make Codex use HTTP only (default: a WebSocket, so that each request within a turn "
+        "sends only the new items instead of the whole history)",
+    )
+    setup.add_argument(
+        "--remote-compaction",
+        action="store_true",
+        help='name the provider "OpenAI", the only name for which Codex compacts remotely: the '
+        "gateway then writes the summary with the upstream model (default: Codex compacts "
+        "locally with an ordinary summarising request)",
+    )
     setup.set_defaults(run=_codex_setup)
 
     doctor = commands.add_parser(
@@ -223,6 +249,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--write", type=Path, metavar="CONFIG", help="merge the recommended settings into this TOML file"
     )
     doctor.set_defaults(run=_doctor)
+
+    replay = commands.add_parser(
+        "replay",
+        help="run a recorded turn again and compare its events",
+        description=(
+            "Run a turn recorded with --record-dir again: the gateway, built with the recorded "
+            "upstream's settings, answers the recorded request while a fixture upstream answers with "
+            "the recorded bytes; the events are compared with the recorded ones (ids and timestamps "
+            "aside). Exits 0 when they are the same, 1 when they differ, 2 when the file cannot be "
+            "replayed."
+        ),
+    )
+    replay.add_argument("file", type=Path, metavar="FILE", help="a recording (turn-*.json)")
+    replay.add_argument(
+        "--upstream-only",
+        action="store_true",
+        help="only serve the recorded upstream answer over HTTP (for a gateway or client of your own), "
+        "until interrupted",
+    )
+    replay.add_argument(
+        "--port", type=int, default=0, help="port of --upstream-only on 127.0.0.1 (default: any free one)"
+    )
+    replay.add_argument(
+        "--write-test",
+        type=Path,
+        metavar="PATH",
+        help="also write a pytest file replaying the recording (copied to tests/fixtures/recordings/)",
+    )
+    replay.set_defaults(run=_replay)
     return parser
 
 

@@ -150,6 +150,8 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
             profile=args.profile,
             codex_home=home,
             base_instructions=_base_instructions(),
+            websockets=args.websockets,
+            remote_compaction=args.remote_compaction,
         )
     except CodexSetupError as exc:
         print(f"codexgate: {exc}", file=sys.stderr)
@@ -167,6 +169,14 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
             print(f"model {spec.slug}: context window unknown (default used; pass --context-window)")
     print(f"wrote {result.catalog_path}")
     print(f"wrote {result.config_path}")
+    if not args.websockets:
+        print("WebSockets off: Codex sends the whole history with every request, over HTTP")
+    if args.remote_compaction:
+        print(
+            'remote compaction: the provider is named "OpenAI", the only name for which Codex '
+            "compacts remotely, so the gateway writes the summary with the upstream model "
+            "(without the flag Codex compacts locally with an ordinary request, which also works)"
+        )
     print("Run Codex through the gateway with:")
     print(f"  {result.command}")
     return 0

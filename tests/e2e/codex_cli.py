@@ -41,6 +41,7 @@ from codexgate.codex_setup import (
     codex_base_instructions,
     write_codex_setup,
 )
+from tests.support._exchange import ASGIApp, Message, Receive, Scope, Send
 from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +189,8 @@ def run_codex_exec(
     env: Mapping[str, str] | None = None,
     env_key: str | None = None,
     sandbox: str | None = None,
+    websockets: bool = False,
+    remote_compaction: bool = False,
 ) -> CodexRun:
     """Run `codex exec --json --skip-git-repo-check PROMPT` through the gateway at `base_url`.
 
@@ -196,7 +199,9 @@ def run_codex_exec(
     stdin closed, and kills the whole process group after `timeout` seconds (the npm launcher
     runs the native binary as a child). `env_key` names the variable Codex sends as the bearer
     token and `env` adds variables (e.g. that key); `sandbox` is `workspace-write`, `bypass`
-    or None for `sandbox_mode()`.
+    or None for `sandbox_mode()`. `websockets` and `remote_compaction` go to
+    `write_codex_setup`; WebSockets are off here by default (the product default is on) so
+    that a test's request counts mean HTTP requests unless it asks for WebSockets.
     """
     codex = codex_binary()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +213,8 @@ def run_codex_exec(
         codex_home=codex_home,
         base_instructions=codex_prompt(),
         env_key=env_key,
+        websockets=websockets,
+        remote_compaction=remote_compaction,
     )
     argv = [str(codex), "exec", "--json", "--skip-git-repo-check", *setup.args, "-m", model]
     argv += [*SANDBOX_FLAGS[sandbox or sandbox_mode()], *extra_args, "--", prompt]
@@ -287,3 +294,75 @@ def _parse_jsonl(lines: Iterable[str]) -> tuple[list[JSON], list[str]]:
         else:
             unparsed.append(line)
     return events, unparsed
+
+
+class CodexTraffic:
+    """ASGI middleware around the gateway that records what Codex sends to `/v1/responses`.
+
+        traffic = CodexTraffic(build_app(settings, environ={}))
+        with run_asgi_server(traffic, lifespan="on") as gateway: ...
+
+    `requests` holds every Responses request in arrival order as `(transport, body)`:
+    `("websocket", <response.create frame>)` or `("http", <POST body>)` (a body that is not JSON,
+    e.g. compressed, is recorded as `{"unparsed": <first bytes>}`). `websocket_events` holds the
+    event frames the gateway sent back over WebSockets. Lists are appended from the server's
+    thread; read them after the server has stopped (or accept a snapshot).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.websocket_connections = 0
+        self.http_posts = 0
+        self.requests: list[tuple[str, JSON]] = []
+        self.websocket_events: list[JSON] = []
+
+    def bodies(self, transport: str | None = None) -> list[JSON]:
+        return [body for kind, body in self.requests if transport in (None, kind)]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        responses = str(scope.get("path", "")).rstrip("/").endswith("/responses")
+        if responses and scope["type"] == "websocket":
+            self.websocket_connections += 1
+            receive, send = self._tap_frames(receive), self._tap_events(send)
+        elif responses and scope["type"] == "http" and scope.get("method") == "POST":
+            self.http_posts += 1
+            receive = self._tap_body(receive)
+        await self.app(scope, receive, send)
+
+    def _tap_frames(self, receive: Receive) -> Receive:
+        async def tapped() -> Message:
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                self.requests.append(("websocket", _json_or_raw(message.get("text") or message.get("bytes"))))
+            return message
+
+        return tapped
+
+    def _tap_events(self, send: Send) -> Send:
+        async def tapped(message: Message) -> None:
+            if message["type"] == "websocket.send" and message.get("text"):
+                self.websocket_events.append(_json_or_raw(message["text"]))
+            await send(message)
+
+        return tapped
+
+    def _tap_body(self, receive: Receive) -> Receive:
+        chunks: list[bytes] = []
+
+        async def tapped() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.requests.append(("http", _json_or_raw(b"".join(chunks))))
+            return message
+
+        return tapped
+
+
+def _json_or_raw(data: str | bytes | None) -> JSON:
+    try:
+        value = json.loads(data or b"")
+    except ValueError:
+        return {"unparsed": (data or b"")[:200]}
+    return value if isinstance(value, dict) else {"unparsed": str(value)[:200]}

@@ -211,7 +211,8 @@ async def test_stored_responses_and_compaction_work_over_codex(tmp_path: Path) -
         )
         item = compacted.output[0].model_dump()
         third = await agent.chat.responses.create(
-            model="codex-agent", input=[item, {"role": "user", "content": "echo three"}]  # type: ignore[list-item]
+            model="codex-agent",
+            input=[item, {"role": "user", "content": "echo three"}],  # type: ignore[list-item]
         )
         summary_seen = agent.fake.requests[-1].body["messages"]
     assert second.output_text == "answer two"
@@ -296,7 +297,9 @@ async def test_a_client_tool_named_like_one_of_codexs_own_still_reaches_the_clie
         assert call.function.name == "apply_patch"  # the client's name, not the prefixed one
         messages += [first.choices[0].message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": call.id, "content": "applied"}]  # fmt: skip
-        second = await agent.chat.chat.completions.create(model="codex-agent", messages=messages, tools=[mine])
+        second = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=messages, tools=[mine]
+        )
     assert second.choices[0].message.content == "Client said: applied"
     offered = [t["function"]["name"] for t in agent.fake.requests[0].body["tools"]]
     assert "apply_patch" in offered and "client_apply_patch" in offered  # Codex's own and the client's
