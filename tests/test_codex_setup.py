@@ -402,3 +402,45 @@ def test_codex_setup_command_flags(
         assert "locally" in compaction_lines[0]
     else:
         assert compaction_lines == []
+
+
+@pytest.mark.parametrize(
+    ("config", "environ", "flags", "expected"),
+    [
+        ("", {}, (), None),  # no keys: Codex sends none
+        (
+            '[[api_keys]]\nname = "team"\nkey_env = "TEAM_GATEWAY_KEY"\n',
+            {"TEAM_GATEWAY_KEY": "k" * 24},
+            (),
+            "TEAM_GATEWAY_KEY",
+        ),
+        ("", {"CODEXGATE_API_KEYS": "alice=" + "a" * 24}, (), "CODEXGATE_API_KEY"),
+        ("", {"CODEXGATE_API_KEYS": "alice=" + "a" * 24}, ("--env-key", "MY_KEY"), "MY_KEY"),
+    ],
+)
+def test_a_keyed_gateway_gets_codexs_env_key(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    config: str,
+    environ: dict[str, str],
+    flags: tuple[str, ...],
+    expected: str | None,
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CODEXGATE_API_KEYS", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    config_file = tmp_path / "gw.toml"
+    config_file.write_text(config)
+    home = tmp_path / "home"
+    argv = ["codex-setup", "--config", str(config_file), "--upstream", "http://127.0.0.1:9/v1"]
+    code = main([*argv, "--codex-home", str(home), "--model", "m", "--context-window", "32768", *flags])
+
+    assert code == 0
+    out = capsys.readouterr().out
+    provider = tomllib.loads((home / "codexgate.config.toml").read_text())["model_providers"]["codexgate"]
+    assert provider.get("env_key") == expected
+    if expected:
+        assert f"set {expected} to your codexgate key" in out
+        assert "k" * 24 not in (home / "codexgate.config.toml").read_text()  # the name, never the key

@@ -8,17 +8,20 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.chat import ChatBackend
 from codexgate.backends.codex import CodexBackend, CodexTarget
+from codexgate.backends.embedded import EmbeddedBackend
 from codexgate.backends.http_stream import UpstreamTarget
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses import ResponsesBackend
+from codexgate.backends.tap import TappedTransport
 from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
 from codexgate.discovery import LOCAL_SERVERS, discover
+from codexgate.embedded import FALLBACK_NOTE, EmbeddedFallback, build_embedded, embedded_upstream
 from codexgate.memo import Memo
 from codexgate.redact import (
     Redactor,
@@ -33,10 +36,16 @@ from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
+from codexgate.server.metrics import Metrics
+from codexgate.server.recorder import Recorder
 from codexgate.server.state import ResponseState
+from codexgate.server.ui import install_live_view
 from codexgate.server.websocket import SocketLimits
 from codexgate.store import open_store
 from codexgate.store.base import Retention, Store
+
+if TYPE_CHECKING:
+    from codexgate.server.tracing import Tracing
 
 log = logging.getLogger("codexgate")
 
@@ -159,6 +168,22 @@ def codex_backend(
     return CodexBackend(target, environ)
 
 
+def embedded_backend(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+) -> EmbeddedBackend:
+    """A model the gateway runs itself (embedded.py); it starts with the gateway."""
+    return build_embedded(upstream, settings, environ, transport, once, history_memo(settings))
+
+
+def embedded_model_backend(upstream: Backend, model: ModelConfig) -> EmbeddedBackend:
+    assert isinstance(upstream, EmbeddedBackend), "routes of an embedded upstream"
+    return upstream.for_route(model.dialect_for(upstream.target.dialect))
+
+
 def same_backend(upstream: Backend, model: ModelConfig) -> Backend:
     """Routes of an upstream that takes the model per request share its backend."""
     return upstream
@@ -177,6 +202,7 @@ BACKEND_KINDS: dict[str, _Kind] = {
     "chat": _Kind(chat_backend, model_backend),
     "responses": _Kind(responses_backend, responses_model_backend),
     "codex": _Kind(codex_backend, same_backend),
+    "embedded": _Kind(embedded_backend, embedded_model_backend),
 }
 
 
@@ -192,7 +218,9 @@ def build_backend(
 
 class _LocalServerFinder:
     """With no upstream configured, looks for a local model server at startup and again (at
-    most every few seconds) when a request arrives, so a server started later is picked up."""
+    most every few seconds) when a request arrives, so a server started later is picked up.
+    Finding none, it serves the embedded model (`embedded = true`, the default) and keeps
+    looking: a local server started later takes over (embedded.EmbeddedFallback)."""
 
     def __init__(
         self,
@@ -205,6 +233,14 @@ class _LocalServerFinder:
         self._settings, self._router, self._transport = settings, router, transport
         self._once, self._environ = once, environ
         self._last_probe = float("-inf")
+        self._fallback: EmbeddedFallback | None = None
+
+    async def startup(self) -> None:
+        """Start configured embedded models (their build runs in the background), then look."""
+        for backend in self._router.backends.values():
+            if isinstance(backend, EmbeddedBackend):
+                backend.start()
+        await self.find()
 
     async def find(self) -> None:
         if not self._settings.discover or self._router.backends:
@@ -213,18 +249,46 @@ class _LocalServerFinder:
         if now - self._last_probe < _REDISCOVER_SECONDS:
             return
         self._last_probe = now
+        if await self._probe():
+            return
+        if self._settings.embedded:
+            upstream = embedded_upstream()
+            backend = embedded_backend(upstream, self._settings, self._environ, self._transport, self._once)
+            self._router.backends[upstream.name] = backend
+            self._fallback = EmbeddedFallback(backend, self._probe)
+            self._fallback.start()
+            return
+        self._once.warning(
+            "no upstream configured and no local model server found; requests "
+            "fail until one is given with --upstream"
+        )
+
+    async def _probe(self) -> bool:
+        """Route to the first local server found; it replaces the embedded fallback."""
         found = await discover(self._transport)
         if found is None:
-            self._once.warning(
-                "no upstream configured and no local model server found; requests "
-                "fail until one is given with --upstream"
-            )
-            return
+            return False
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
         upstream = UpstreamConfig(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
         backend = build_backend(upstream, self._settings, self._environ, self._transport, self._once)
+        if self._fallback is not None:
+            log.info("the embedded model stops: %s at %s serves from now on", name, url)
+            self._router.backends.pop(self._fallback.backend.name, None)
         self._router.backends[upstream.name] = backend
+        return True
+
+    def health(self) -> dict[str, Any]:
+        """The embedded model's part of /healthz (nothing when none is configured or serving)."""
+        for backend in self._router.backends.values():
+            if isinstance(backend, EmbeddedBackend):
+                fallback = self._fallback is not None and self._fallback.backend is backend
+                return {"embedded": {**backend.health(), "note": FALLBACK_NOTE if fallback else None}}
+        return {}
+
+    async def aclose(self) -> None:
+        if self._fallback is not None:
+            await self._fallback.aclose()
 
 
 def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
@@ -239,7 +303,11 @@ def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str
 
 
 def _with_log_redaction(
-    redactor: Redactor, startup: Callable[[], Any], transport: Transport, router: Router[Backend]
+    redactor: Redactor,
+    startup: Callable[[], Any],
+    transport: Transport,
+    router: Router[Backend],
+    shutdown: Callable[[], Any] | None = None,
 ) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """Lifespan hooks: mask secrets in the gateway's log records while it serves; release the
     backends (and the transport) when it stops."""
@@ -251,6 +319,8 @@ def _with_log_redaction(
 
     async def on_shutdown() -> None:
         try:
+            if shutdown is not None:
+                await shutdown()
             await asyncio.gather(*(backend.aclose() for backend in router.backends.values()))
             await transport.aclose()
         finally:
@@ -277,6 +347,9 @@ def build_app(
     )
     guard = Guard(KeyRing(keys), policy, redactor=redactor, config_file=config_file, environ=environ)
     transport = transport or AiohttpTransport()
+    recorder = Recorder.from_settings(settings, redactor)  # None: recording is off
+    if recorder is not None:
+        transport = TappedTransport(transport)  # only then does a request pass the tap
     once = OnceLog()
     router: Router[Backend] = Router()
     kinds: dict[str, _Kind] = {}
@@ -290,13 +363,19 @@ def build_app(
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 
     finder = _LocalServerFinder(settings, router, transport, once, environ)
-    on_startup, on_shutdown = _with_log_redaction(redactor, finder.find, transport, router)
-    return GatewayApp(
+    on_startup, on_shutdown = _with_log_redaction(redactor, finder.startup, transport, router, finder.aclose)
+    if recorder is not None:
+        on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
+    tracing = traces(settings)  # None: traces are off
+    if tracing is not None:
+        on_shutdown = _then(on_shutdown, tracing.aclose)  # the last spans go out
+    gateway = GatewayApp(
         router,
         max_body_bytes=settings.max_body_bytes,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         on_no_upstream=finder.find,
+        health_details=finder.health,
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
@@ -312,6 +391,37 @@ def build_app(
             max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
         ),
     )
+    if recorder is not None:
+        gateway.observers.add(recorder)
+    if settings.ui:
+        install_live_view(gateway)
+    if settings.metrics:
+        Metrics().install(gateway)
+    if tracing is not None:
+        gateway.observers.add(tracing)
+    return gateway
+
+
+def traces(settings: Settings) -> Tracing | None:
+    """The OpenTelemetry observer when `otlp_endpoint` is set; OpenTelemetry is imported only
+    then (it costs start-up time, and nothing else needs it)."""
+    if not settings.otlp_endpoint:
+        return None
+    from codexgate.server.tracing import Tracing
+
+    return Tracing.otlp(settings.otlp_endpoint, settings.otel_service_name)
+
+
+def _then(first: Callable[[], Any], second: Callable[[], Any]) -> Callable[[], Any]:
+    """A lifespan hook that awaits `first`, then `second` even if `first` failed."""
+
+    async def both() -> None:
+        try:
+            await first()
+        finally:
+            await second()
+
+    return both
 
 
 def response_store(settings: Settings) -> Store | None:

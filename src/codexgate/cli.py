@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,9 +82,24 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     _setting_flag(
         parser,
+        "shutdown_grace",
+        "on SIGTERM, seconds open responses may take to finish before they end with server_shutting_down",
+        type=float,
+        metavar="SECONDS",
+    )
+    _setting_flag(
+        parser,
         "discover",
         "do not look for a local model server when no upstream is given",
         flag="--no-discover",
+        action="store_const",
+        const=False,
+    )
+    _setting_flag(
+        parser,
+        "embedded",
+        "with no upstream given and none found, do not run the embedded model (SmolLM2-135M)",
+        flag="--no-embedded",
         action="store_const",
         const=False,
     )
@@ -119,8 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     configure_logging(settings.log_level, settings.log_format)
     app = build_app(settings, config_file=resolve_config_file(args.config, os.environ))
-    serve.run(settings, app)
-    return 0
+    stopped_by = serve.run(settings, app)
+    return 130 if stopped_by == signal.SIGINT else 0  # 130: interrupted, as shells report it
 
 
 def _codex_setup(args: argparse.Namespace) -> int:
@@ -214,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway then writes the summary with the upstream model (default: Codex compacts "
         "locally with an ordinary summarising request)",
     )
+    setup.add_argument(
+        "--env-key",
+        metavar="VAR",
+        help="variable Codex sends as its bearer token (default, when the gateway has API keys: the "
+        "first key's key_env, or CODEXGATE_API_KEY for keys from CODEXGATE_API_KEYS)",
+    )
     setup.set_defaults(run=_codex_setup)
 
     doctor = commands.add_parser(
@@ -288,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"codexgate: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the server took over the signals (server/serve.py)
+        print("stopping...", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

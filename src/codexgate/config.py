@@ -95,8 +95,9 @@ class _Strict(BaseModel):
 
 # How the gateway talks to an upstream; a backend module per kind (app.py's table):
 # chat: a Chat Completions server; responses: a Responses server; codex: the Codex agent,
-# driven through `codex app-server`.
-UpstreamKind = Literal["chat", "responses", "codex"]
+# driven through `codex app-server`; embedded: a small model the gateway runs itself
+# (llama.cpp's llama-server, built once per user; backends/embedded.py).
+UpstreamKind = Literal["chat", "responses", "codex", "embedded"]
 SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 # What Codex may ask before it acts (its own approval policy names), and what the gateway,
 # which has no person to ask, answers when it does.
@@ -117,14 +118,14 @@ _KIND_FIELDS: dict[str, frozenset[str]] = {
     "headers": frozenset(("chat", "responses")),
     "connect_timeout": frozenset(("chat", "responses")),
     "max_retries": frozenset(("chat", "responses")),
-    "extra_body": frozenset(("chat", "responses")),
+    "extra_body": frozenset(("chat", "responses", "embedded")),
     "developer_role": frozenset(("chat",)),
     "reasoning_replay": frozenset(("chat",)),
     "send_reasoning_effort": frozenset(("chat",)),
     "max_tokens_field": frozenset(("chat",)),
     "include_usage": frozenset(("chat",)),
     "learn_context_window": frozenset(("chat",)),
-    "default_sampling": frozenset(("chat",)),
+    "default_sampling": frozenset(("chat", "embedded")),
     "tool_format": frozenset(("responses",)),
     "codex_bin": frozenset(("codex",)),
     "codex_home": frozenset(("codex",)),
@@ -134,6 +135,9 @@ _KIND_FIELDS: dict[str, frozenset[str]] = {
     "approval_answer": frozenset(("codex",)),
     "tool_result_timeout": frozenset(("codex",)),
     "max_threads": frozenset(("codex",)),
+    "model_path": frozenset(("embedded",)),
+    "context_window": frozenset(("embedded",)),
+    "threads": frozenset(("embedded",)),
 }
 
 
@@ -181,6 +185,11 @@ class UpstreamConfig(_Strict):
     # fails (the model is told) and a late result is refused.
     tool_result_timeout: float = Field(default=300.0, gt=0)
     max_threads: int = Field(default=64, gt=0)  # conversations kept as Codex threads (LRU)
+    # embedded: a GGUF of one's own (default: SmolLM2-135M), the context it runs with (default
+    # 8192), llama-server's threads (default: every core).
+    model_path: str | None = None
+    context_window: int | None = Field(default=None, gt=0)
+    threads: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:
@@ -191,7 +200,7 @@ class UpstreamConfig(_Strict):
                 raise ValueError(
                     f"{name} applies to upstreams of kind {' or '.join(sorted(kinds))}, not {self.kind!r}"
                 )
-        if self.kind != "codex" and not self.base_url:
+        if self.kind in ("chat", "responses") and not self.base_url:
             raise ValueError(f"an upstream of kind {self.kind!r} needs a base_url")
         return self
 
@@ -277,13 +286,33 @@ class Settings(_Strict):
     store_url: str | None = None
     store_max_age_days: float = Field(default=30.0, gt=0)
     store_max_mb: int = Field(default=1024, gt=0)
+    # The transcript recorder (server/recorder.py; docs/operations.md "Transcripts"): off unless
+    # record_dir is set; then each turn is one JSON file there, secrets masked, kept at most
+    # record_max_age_days and record_max_mb (the oldest go first).
+    record_dir: str | None = None
+    record_max_age_days: float = Field(default=7.0, gt=0)
+    record_max_mb: int = Field(default=512, gt=0)
     # WebSocket mode of /v1/responses (server/websocket.py): connections at once, a
     # connection's lifetime in seconds, and what one connection remembers of its last response.
     websocket_max_connections: int = Field(default=256, ge=0)
     websocket_max_lifetime: float = Field(default=3600.0, gt=0)
     websocket_max_memory_mb: float = Field(default=64.0, ge=0)
     discover: bool = True  # look for a local model server when no upstream is configured
+    # With none configured and none found, serve the embedded model (docs/backends.md); its
+    # builds live in llama_dir (default $XDG_CACHE_HOME/codexgate/llama); llama_server: a
+    # llama-server of one's own instead of building one.
+    embedded: bool = True
+    llama_dir: str | None = None
+    llama_server: str | None = None
+    ui: bool = True  # the live view at /ui (server/ui.py; docs/operations.md, "Live view")
     log_level: LogLevel = "info"
+    # Metrics, traces, logs (docs/operations.md): log lines as logfmt or one JSON object each;
+    # Prometheus text on /metrics; OpenTelemetry traces to an OTLP/HTTP collector, sent only
+    # when otlp_endpoint is set (e.g. http://127.0.0.1:4318; /v1/traces is added).
+    log_format: Literal["logfmt", "json"] = "logfmt"
+    metrics: bool = True
+    otlp_endpoint: str | None = None
+    otel_service_name: str = "codexgate"
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
     # Who may use the gateway (docs/threat-model.md). Keys are also read from CODEXGATE_API_KEYS.
@@ -298,6 +327,9 @@ class Settings(_Strict):
     max_connections: int = 1000
     max_idle_connections: int = 256  # beyond this, the longest-idle connection is closed
     max_header_bytes: int = 64 * 1024
+    # On SIGTERM, seconds the open responses may take to finish before each still open ends
+    # with response.failed `server_shutting_down` (server/serve.py; docs/deploy.md).
+    shutdown_grace: float = Field(default=30.0, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -308,6 +340,13 @@ class Settings(_Strict):
     @classmethod
     def _check_upstream(cls, value: str | None) -> str | None:
         return check_upstream_url(value) if value else value
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        if value and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
+            raise ValueError(f"otlp_endpoint {value!r} must be an http:// or https:// URL")
+        return value or None
 
     @model_validator(mode="after")
     def _check_routes(self) -> Settings:

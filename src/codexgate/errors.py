@@ -29,6 +29,7 @@ class Code:
     UPSTREAM_RESPONSE_TOO_LARGE = "upstream_response_too_large"  # retried by Codex
     MODEL_OUTPUT_LOOP = "model_output_loop"  # retried by Codex: a new sample often escapes
     NO_UPSTREAM = "no_upstream_configured"
+    EMBEDDED_MODEL_STARTING = "embedded_model_starting"  # 503 while the embedded model builds
     REQUEST_TOO_LARGE = "request_too_large"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"

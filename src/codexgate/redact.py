@@ -128,6 +128,14 @@ class RedactingFilter(logging.Filter):
         clean = redact(message)
         if clean != message or record.args:
             record.msg, record.args = clean, None
+            # uvicorn's coloured formatter prints `color_message` with the record's args, which
+            # are gone now: without this it would print "%d" where the numbers were.
+            record.__dict__.pop("color_message", None)
+        fields = getattr(record, "fields", None)  # structured fields (an access line's), for JSON logs
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                if isinstance(value, str):
+                    fields[key] = redact(value)
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

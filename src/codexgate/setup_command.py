@@ -8,6 +8,7 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from codexgate.codex_setup import (
 from codexgate.config import ConfigError, Settings
 from codexgate.discovery import discover, not_found_message
 from codexgate.doctor import MIN_WINDOW
+from codexgate.embedded import FALLBACK_NOTE, embedded_spec, embedded_upstream
+from codexgate.server.auth import ENV_KEYS
 
 _PROBE_TIMEOUT = 5.0
 
@@ -108,8 +111,8 @@ def _base_instructions() -> str:
 
 
 def _with_local_server(settings: Settings) -> Settings:
-    """With no upstream configured, the local model server `serve` would find. Raises
-    ConfigError when there is none."""
+    """With no upstream configured, the local model server `serve` would find, else the
+    embedded model `serve` would run. Raises ConfigError when there is neither."""
     if settings.all_upstreams() or not settings.discover:
         return settings
 
@@ -121,6 +124,9 @@ def _with_local_server(settings: Settings) -> Settings:
             await transport.aclose()
 
     found = asyncio.run(find())
+    if found is None and settings.embedded:
+        print(FALLBACK_NOTE.replace("serving", "`serve` runs", 1))
+        return settings.model_copy(update={"upstreams": [embedded_upstream()]})
     if found is None:
         raise ConfigError(not_found_message(True))
     name, url = found
@@ -128,9 +134,33 @@ def _with_local_server(settings: Settings) -> Settings:
     return settings.model_copy(update={"upstream": url})
 
 
+# The variable Codex reads the key from when the gateway's keys come from CODEXGATE_API_KEYS
+# (which holds several keys, one per person: each sets their own in this variable).
+DEFAULT_KEY_VARIABLE = "CODEXGATE_API_KEY"
+
+
+def key_variable(settings: Settings, asked: str | None, environ: Mapping[str, str]) -> str | None:
+    """The environment variable Codex should send as its bearer token (`env_key`), or None
+    when the gateway takes no keys. `--env-key` wins; else the first configured key's own
+    variable (on a team member's machine, the same name holds their key)."""
+    if asked:
+        return asked
+    if settings.api_keys:
+        return settings.api_keys[0].key_env
+    if environ.get(ENV_KEYS, "").strip():
+        return DEFAULT_KEY_VARIABLE
+    return None
+
+
 def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     settings = _with_local_server(settings)
-    specs = model_specs(settings, args.setup_models, args.context_window)
+    upstreams = settings.all_upstreams()
+    embedded = len(upstreams) == 1 and upstreams[0].kind == "embedded" and not settings.models
+    if embedded:
+        # Its window is the one it runs with: known without starting it.
+        specs = [embedded_spec(upstreams[0], name) for name in args.setup_models or [None]]
+    else:
+        specs = model_specs(settings, args.setup_models, args.context_window)
     if not specs:
         print(
             "codexgate: no models to set up: pass --model NAME, route models in --config, or give an "
@@ -142,6 +172,7 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     gateway_url: str = args.gateway_url or f"http://{host}:{settings.port}"
     home_value: Any = args.codex_home or os.environ.get("CODEX_HOME") or Path.home() / ".codex"
     home = Path(home_value).expanduser()
+    env_key = key_variable(settings, getattr(args, "env_key", None), os.environ)
     try:
         result = write_codex_setup(
             home,
@@ -152,17 +183,23 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
             base_instructions=_base_instructions(),
             websockets=args.websockets,
             remote_compaction=args.remote_compaction,
+            env_key=env_key,
         )
     except CodexSetupError as exc:
         print(f"codexgate: {exc}", file=sys.stderr)
         return 2
+    raise_window = (
+        "it is for trying codexgate: point codexgate at a real model with --upstream URL"
+        if embedded
+        else "`codexgate doctor` says how to raise it"
+    )
     for spec in specs:
         if spec.context_window:
             print(f"model {spec.slug}: context window {spec.context_window} ({spec.window_source})")
             if spec.context_window < MIN_WINDOW:
                 print(
                     f"codexgate: {spec.slug}'s window is too small for Codex (its prompt passes "
-                    f"{MIN_WINDOW} tokens within a few turns); `codexgate doctor` says how to raise it",
+                    f"{MIN_WINDOW} tokens within a few turns); {raise_window}",
                     file=sys.stderr,
                 )
         else:
@@ -176,6 +213,11 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
             'remote compaction: the provider is named "OpenAI", the only name for which Codex '
             "compacts remotely, so the gateway writes the summary with the upstream model "
             "(without the flag Codex compacts locally with an ordinary request, which also works)"
+        )
+    if env_key:
+        print(
+            f"the gateway requires an API key: Codex sends ${env_key} as its bearer token, so set "
+            f"{env_key} to your codexgate key before running Codex (Codex refuses to start without it)"
         )
     print("Run Codex through the gateway with:")
     print(f"  {result.command}")

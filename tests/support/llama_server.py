@@ -1,21 +1,23 @@
 """A real llama.cpp `llama-server` with SmolLM2-135M-Instruct, for tests against a model
-server nobody here wrote.
+server nobody here wrote; the same build the embedded model runs (backends/llama_build.py).
 
-`scripts/build-llama.sh` builds it into `$CODEXGATE_CACHE/llama` (default `.cache/llama`; about
-10 minutes the first time, then cached); `llama_binary()` runs that script on first use, once per
-test session (a failed build fails every llama test at once with its cause, without building
-again), and its progress shows on the terminal. The tests are skipped only where no C++
-toolchain can build it; `CODEXGATE_REQUIRE_LLAMA=1` (set by CI) turns that skip into a failure.
-`CODEXGATE_LLAMA_SERVER` / `CODEXGATE_LLAMA_MODEL` point at another build or model.
+`scripts/build-llama.sh` builds it once per user into `$CODEXGATE_LLAMA_DIR` (default
+`$XDG_CACHE_HOME/codexgate/llama`, i.e. `~/.cache/codexgate/llama`): about 10 minutes the first
+time on a machine, then every clone and every `serve` reuses it. `llama_binary()` runs that
+script on first use, once per test session (a failed build fails every llama test at once with
+its cause, without building again), and its progress shows on the terminal. The tests are
+skipped only where no C++ toolchain can build it; `CODEXGATE_REQUIRE_LLAMA=1` (set by CI) turns
+that skip into a failure. `CODEXGATE_LLAMA_SERVER` / `CODEXGATE_LLAMA_MODEL` point at another
+build or model.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -23,10 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
+from codexgate.backends.llama_build import find_build, llama_root, missing_tools
 from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,22 +44,26 @@ def _unavailable(reason: str) -> None:
 
 
 def llama_cache() -> Path:
-    """Where scripts/build-llama.sh puts its results (it reads CODEXGATE_CACHE the same way)."""
-    return Path(os.environ.get("CODEXGATE_CACHE") or REPO_ROOT / ".cache") / "llama"
+    """Where the builds are (the builder reads CODEXGATE_LLAMA_DIR the same way)."""
+    return llama_root()
 
 
 def llama_binary() -> tuple[Path, Path]:
     """(llama-server, model GGUF), built and downloaded on first use."""
-    cache = llama_cache()
-    model = Path(os.environ.get("CODEXGATE_LLAMA_MODEL") or cache / "models" / MODEL_ID)
     override = os.environ.get("CODEXGATE_LLAMA_SERVER")
-    if override:
-        return Path(override), model
-    built = cache / "bin" / "llama-server"
-    if not built.exists() and not all(shutil.which(tool) for tool in ("cmake", "c++", "make")):
-        _unavailable("llama-server is not built and cmake/c++/make are missing to build it")
-    install_once(BUILD_SCRIPT, timeout=1800)  # a no-op once cached
-    return built, model
+    model = os.environ.get("CODEXGATE_LLAMA_MODEL")
+    if override and model:
+        return Path(override), Path(model)
+    found = find_build(llama_cache())
+    if found is None:
+        missing = missing_tools()
+        if missing:
+            _unavailable(f"llama-server is not built and {', '.join(missing)} missing to build it")
+        install_once(BUILD_SCRIPT, timeout=1800)
+        found = find_build(llama_cache())
+        if found is None:
+            pytest.fail(f"scripts/build-llama.sh succeeded but left no build in {llama_cache()}")
+    return Path(override or found.server), Path(model or found.model)
 
 
 def post_json(url: str, body: Any, timeout: float = 600) -> Any:
@@ -86,6 +93,12 @@ def _free_port() -> int:
         return port
 
 
+def _tail(log: IO[str]) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()[-3000:]
+
+
 @contextmanager
 def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
     """Start llama-server on a free loopback port and wait (bounded) until the model is loaded;
@@ -96,18 +109,14 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "-c", str(n_ctx), "-np", "1", "-t", "2", "--no-warmup", *extra,
     ]  # fmt: skip
-    log_dir = llama_cache()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / f"server-{port}.log", "w")  # noqa: SIM115 - closed below
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below; read when it fails
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                pytest.fail(
-                    f"llama-server exited with {proc.returncode}: {Path(log.name).read_text()[-3000:]}"
-                )
+                pytest.fail(f"llama-server exited with {proc.returncode}: {_tail(log)}")
             try:
                 with urllib.request.urlopen(root + "/health", timeout=2) as response:
                     if response.status == 200:
@@ -115,9 +124,7 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"llama-server did not become healthy in 120 s: {Path(log.name).read_text()[-3000:]}"
-                )
+                pytest.fail(f"llama-server did not become healthy in 120 s: {_tail(log)}")
             time.sleep(0.2)
         yield LlamaServer(base_url=root + "/v1", root=root, n_ctx=n_ctx)
     finally:

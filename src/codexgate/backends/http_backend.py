@@ -66,7 +66,8 @@ class HttpCall:
     def __init__(self, backend: HttpBackend, path: str, body: bytes) -> None:
         self._target = backend.target
         self._input_bytes = len(body)
-        self._http = HttpStream(backend.transport, backend.target, path, body)
+        self._counts = backend.counts
+        self._http = HttpStream(backend.transport, backend.target, path, body, backend.counts)
         self._reader: StreamReader | None = None
         self._noise_logged = False
 
@@ -117,6 +118,10 @@ class HttpCall:
                     return
             reader.finish()  # the end of the body: finished, or cut
             yield None
+        except UpstreamError as exc:  # after the first byte: counted as open() counts those before
+            if exc is not reader.turn.failure:  # the gateway's own stop (the loop guard) is not
+                self._counts[f"upstream.error.{exc.code}"] += 1
+            raise
         finally:
             await answer.aclose()
 

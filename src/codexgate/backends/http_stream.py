@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+from codexgate.backends import attempts
 from codexgate.backends.log import clip
 from codexgate.backends.transport import Transport, UpstreamResponse, read_capped
 from codexgate.errors import (
@@ -137,10 +139,21 @@ class _IdleWatchdog:
 
 
 class HttpStream:
-    """One POST of `body` to `target.base_url + path`, from `open()` to the end of its answer."""
+    """One POST of `body` to `target.base_url + path`, from `open()` to the end of its answer.
+    `counts` (the backend's) tallies failed attempts (`upstream.error.<code>`) and retries
+    (`upstream.retry`)."""
 
-    def __init__(self, transport: Transport, target: UpstreamTarget, path: str, body: bytes) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        target: UpstreamTarget,
+        path: str,
+        body: bytes,
+        counts: Counter[str] | None = None,
+    ) -> None:
         self._transport = transport
+        self._counts: Counter[str] = Counter() if counts is None else counts
+        self._attempt: attempts.Attempt | None = None  # the attempt that answered, while read
         self._target = target
         self._url = target.base_url.rstrip("/") + path
         self._body = body
@@ -178,20 +191,32 @@ class HttpStream:
         target = self._target
         loop = asyncio.get_running_loop()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
+        watcher = attempts.watcher.get()  # None unless traces are on
         attempt = 0
         while True:
+            watched = watcher.attempt(target.name, self._url, attempt) if watcher is not None else None
+            status: int | None = None
             try:
                 response = await self._open_once(headers, attempt)
-                if response.status == 200:
+                status = response.status
+                if status == 200:
                     self._response = response
                     self._body = b""  # sent; orjson over-allocates, so don't hold it for the stream
+                    self._attempt = watched  # ends with the answer, in aclose()
                     return
                 error = await self._error_from(response)
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
                 # unless its body says something final such as a context overflow.
-                retryable = response.status >= 500 and isinstance(error, (UpstreamServerError, Overloaded))
+                retryable = status >= 500 and isinstance(error, (UpstreamServerError, Overloaded))
             except UpstreamError as exc:
                 error, retryable = exc, exc.retryable
+            except BaseException:  # cancelled (the client left), or a bug: the attempt is over
+                if watched is not None:
+                    watched.end(status, "cancelled")
+                raise
+            self._counts[f"upstream.error.{error.code}"] += 1
+            if watched is not None:
+                watched.end(status, error.code)
             if not retryable or attempt >= target.max_retries:
                 raise error
             if error.retry_after is not None:
@@ -203,6 +228,7 @@ class HttpStream:
             if wait > target.max_retry_wait or loop.time() + wait >= self._first_byte_deadline:
                 raise error  # no time left in the request's budget for another attempt
             attempt += 1
+            self._counts["upstream.retry"] += 1
             log.info("upstream %s: %s; retry %d in %.2fs", target.name, error.message, attempt, wait)
             await asyncio.sleep(wait)
 
@@ -338,6 +364,9 @@ class HttpStream:
         """Stop the watchdog and close the answer (cancels the upstream request if unread)."""
         if self._watchdog is not None:
             self._watchdog.close()
+        if self._attempt is not None:
+            self._attempt.end(200)
+            self._attempt = None
         if self._response is not None:
             await self._response.aclose()
 

@@ -24,7 +24,8 @@ class Exchange:
 
     __slots__ = (
         "complete", "started", "request_id", "face", "model", "upstream", "status", "outcome",
-        "first_output", "usage", "response_id", "req", "terminal", "watch", "wall_start",
+        "first_output", "usage", "response_id", "req", "terminal", "watch", "wall_start", "caller",
+        "prepared", "error_message",
     )  # fmt: skip
 
     def __init__(self, request_id: str | None = None, face: str | None = None) -> None:
@@ -45,6 +46,13 @@ class Exchange:
         self.req: Any = None
         self.terminal: dict[str, Any] | None = None
         self.watch: Callable[[list[dict[str, Any]]], None] | None = None
+        # The request as the backend got it, with what the request services need (server/state.py
+        # Prepared: history, references and summaries expanded); set before `started`.
+        self.prepared: Any = None
+        # The inbound API key's name (None: no key): whose exchange it is, for the live view.
+        self.caller: str | None = None
+        # An HTTP error's message as raised, not yet redacted (the live view redacts it).
+        self.error_message: str | None = None
 
     def saw_output(self) -> None:
         if self.first_output is None:
@@ -61,7 +69,9 @@ class Exchange:
         kind = str(terminal.get("type", "")).removeprefix("response.")
         self.outcome = f"{kind}:{error.get('code')}" if isinstance(error, dict) else kind
 
-    def line(self) -> str:
+    def fields(self) -> dict[str, Any]:
+        """What the access line says, by key (None left out; client-chosen text cut): the
+        line's pairs, and the keys of a JSON log line (server/logs.py)."""
         elapsed = time.perf_counter() - self.started
         first = self.first_output
         fields: dict[str, Any] = {
@@ -77,11 +87,22 @@ class Exchange:
             "ttft_ms": None if first is None else round((first - self.started) * 1000),
             "duration_ms": round(elapsed * 1000),
         }
-        return " ".join(f"{key}={_value(value)}" for key, value in fields.items() if value is not None)
+        return {
+            key: value if isinstance(value, (int, float)) else str(value)[:_MAX_VALUE]
+            for key, value in fields.items()
+            if value is not None
+        }
+
+    def line(self, fields: dict[str, Any] | None = None) -> str:
+        """The logfmt line of `fields` (default: this exchange's)."""
+        fields = self.fields() if fields is None else fields
+        return " ".join(f"{key}={_value(value)}" for key, value in fields.items())
 
     def log(self) -> None:
         if log.isEnabledFor(logging.INFO):
-            log.info(self.line())
+            fields = self.fields()
+            # The fields ride on the record too: a JSON formatter makes them keys.
+            log.info(self.line(fields), extra={"fields": fields})
 
 
 def _value(value: Any) -> str:

@@ -37,8 +37,10 @@ from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
 from codexgate.server.observe import Observers
 from codexgate.server.state import Recent, ResponseState
+from codexgate.server.stopping import Streams
 from codexgate.server.stored import ResourceHandler, StoredResponses
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
+from codexgate.translate.interrupt import interruptible
 from codexgate.wire.responses import ResponsesRequest
 
 log = logging.getLogger("codexgate.server")
@@ -67,9 +69,11 @@ class GatewayApp:
         state: ResponseState | None = None,
         socket_limits: SocketLimits | None = None,
         observers: Observers | None = None,
+        health_details: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """`faces`: the faces by the path they serve under /v1 (POST), e.g.
-        {"/responses": ResponsesFace()}."""
+        {"/responses": ResponsesFace()}. `health_details`: more sections for /healthz (the
+        embedded model's state)."""
         self.router = router
         self.faces = faces if faces is not None else {"/responses": ResponsesFace()}
         self.max_body_bytes = max_body_bytes
@@ -83,6 +87,14 @@ class GatewayApp:
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
+        self._health_details = health_details
+        # Called when the server begins to stop, before it waits for open responses: streams
+        # that never end on their own (the live view's) end then (server/serve.py).
+        self.on_stopping: list[Callable[[], None]] = []
+        # The responses being delivered, which a stopping server lets finish and then ends
+        # with a terminal event (server/stopping.py).
+        self.streams = Streams()
+        self.on_stopping.append(self.streams.begin)
         # The route table: path (without /v1) -> method -> handler.
         self.routes: dict[str, dict[str, Handler]] = {
             path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
@@ -98,6 +110,7 @@ class GatewayApp:
                 self.redactor,
                 socket_limits or SocketLimits(),
                 self.observers.finished,
+                self.streams,
             )
             if isinstance(responses, ResponsesFace)
             else None
@@ -248,14 +261,17 @@ class GatewayApp:
 
     async def _serve(self, face: Face, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"), face.name)
+        exchange.caller = scope.get(API_KEY_NAME)
         try:
             # The body is not kept in a variable: this frame lives as long as the stream.
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model, exchange.req = ask.req.model, ask.req
-            call = await self._call(ask.req, ask.inbound, exchange)
-            await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
+            with self.streams.stream():
+                call = await self._call(ask.req, ask.inbound, exchange)
+                await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
+            exchange.error_message = exc.message
             raise
         except ClientGone:
             exchange.outcome = exchange.outcome or "client_gone"
@@ -272,14 +288,16 @@ class GatewayApp:
         if not self.router.backends and self._on_no_upstream is not None:
             await self._on_no_upstream()
         route = self.router.resolve(req.model)
-        exchange.upstream = route.backend.name
+        exchange.upstream, exchange.caller = route.backend.name, inbound.caller
         prepared = await self.state.prepare(req, inbound, recent)
         call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
+        exchange.prepared = prepared
         self.observers.started(exchange)
         return self.state.wrap(call, prepared, recent)
 
     async def _answer(self, call: Call, ask: Ask, send: Send, delivery: Exchange) -> None:
-        await call.open()  # errors before this point are HTTP errors
+        # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
+        await interruptible(call.open())
         events = call.events()
         try:
             await deliver(events, ask.encoder, send, delivery, self.redactor)
@@ -322,6 +340,8 @@ class GatewayApp:
             "counts": {name: dict(sorted(b.counts.items())) for name, b in backends},
             "context_windows": {name: b.windows.known() for name, b in backends if b.windows is not None},
         }
+        if self._health_details is not None:
+            health.update(self._health_details())
         return (200 if usable else 503), health
 
     # -- /v1/models

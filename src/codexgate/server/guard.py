@@ -10,7 +10,10 @@ In order (docs/threat-model.md says what each one stops):
    browsers do not restrict themselves (403). Allowed origins get CORS headers.
 4. With API keys configured, every route needs one (`Authorization: Bearer` or `x-api-key`),
    the WebSocket upgrade and `/v1/models` included; `/healthz` without a key answers liveness
-   only, no details (401 `invalid_api_key`, as OpenAI answers a bad key).
+   only, no details; `GET /ui`, the live view's page, is served without a key: it is a
+   static file holding no data, a browser navigating to it cannot send a key, and the page
+   sends the key the user types with each request for data (401 `invalid_api_key`, as OpenAI
+   answers a bad key).
 5. A POST body must be `application/json`: a browser can send `text/plain` cross-site without
    a preflight, never JSON (415).
 
@@ -46,6 +49,7 @@ API_KEY_NAME = "codexgate.api_key_name"  # scope key: the name of the inbound ke
 
 _RELOAD_CHECK_SECONDS = 1.0
 _HEALTH_PATHS = frozenset(("/health", "/healthz", "/v1/health", "/v1/healthz"))
+_PAGE_PATH = "/ui"  # the live view's page (server/ui.py): static, no data in it
 _CORS_METHODS = b"GET, POST, OPTIONS"
 _CORS_DEFAULT_HEADERS = b"authorization, content-type, x-api-key"
 _WANTED = frozenset(
@@ -246,6 +250,8 @@ class Guard:
             if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in _HEALTH_PATHS:
                 scope[SHOW_DETAILS] = False  # liveness for probes without a key, nothing more
                 return
+            if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == _PAGE_PATH:
+                return  # exactly the page; /ui/state and /ui/events need the key
             raise Refusal(
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>` "
                 "or `x-api-key: <key>`.",

@@ -1,29 +1,42 @@
 """Running the gateway under uvicorn: exposure check, connection limits, file-descriptor budget,
-key reload on SIGHUP, and log redaction on the process's handlers."""
+key reload on SIGHUP, the stop on SIGTERM and SIGINT, and log redaction on the process's
+handlers."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import logging
 import signal
 import socket
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from codexgate.config import ConfigError, Settings
 from codexgate.redact import RedactingFilter, Redactor, redact_url
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import ENV_KEYS
 from codexgate.server.limits import ConnectionLimits, limited_protocol
+from codexgate.server.logs import uvicorn_log_config
 
 log = logging.getLogger("codexgate")
 
 _FDS_PER_CONNECTION = 2  # the client's connection and its upstream request
 _FDS_SPARE = 128  # listening socket, logs, config reads, discovery probes
+# Once the open responses were told to end: how long they may take to write their terminal
+# event, then how long uvicorn waits for the connections before it cancels what is left.
+_ENDING_SECONDS = 3.0
+_CLOSING_SECONDS = 3  # uvicorn takes whole seconds
 
 
 def is_loopback_host(host: str) -> bool:
@@ -104,7 +117,89 @@ def uvicorn_config(
         timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
         access_log=False,
         log_config=log_config,
+        # After StoppingServer's grace period and the terminal events: a backstop, not a grace.
+        timeout_graceful_shutdown=_CLOSING_SECONDS,
     )
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server with the gateway's stop. SIGTERM (containers, rolling restarts): stop
+    accepting connections and close the idle ones, tell the app (`GatewayApp.on_stopping`: it
+    refuses new responses, closes idle WebSockets, ends the streams that never end on their own),
+    give the open responses `grace` seconds to finish, then end each one still open with a
+    terminal event (server/stopping.py), and only then let uvicorn finish. SIGINT (Ctrl-C): one
+    line on the terminal, then the same with no grace; after a SIGTERM it cuts the grace short.
+
+    uvicorn's own signal handlers re-raise the signal once the server stopped, for the caller to
+    act on; under asyncio.Runner that is a KeyboardInterrupt traceback, and a second SIGINT
+    (`uv run` forwards a terminal's Ctrl-C to the process again ~0.2 s after the terminal sent
+    it) lands in a half-stopped loop. So these handlers replace uvicorn's, and once a signal
+    stopped the server the process ignores SIGINT and SIGTERM until it exits."""
+
+    def __init__(self, config: uvicorn.Config, app: GatewayApp, grace: float = 30.0) -> None:
+        super().__init__(config)
+        self._app = app
+        self.grace = grace
+        self.stopped_by: int | None = None  # the first signal that came
+        self._hurried = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        self._loop = asyncio.get_running_loop()
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in stops}
+        try:
+            yield
+        finally:
+            for sig in stops:
+                signal.signal(sig, previous[sig] if self.stopped_by is None else signal.SIG_IGN)
+
+    def _on_signal(self, sig: int, frame: FrameType | None) -> None:
+        # Runs between two bytecodes of whatever the loop was doing: hand over to the loop.
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.stop, sig)
+
+    def stop(self, sig: int) -> None:
+        """What a signal does, in the loop: SIGTERM stops with the grace, SIGINT without."""
+        if self.stopped_by is None:
+            self.stopped_by = sig
+            if sig != signal.SIGINT:
+                log.info(
+                    "stopping (%s): open responses may finish within %g s (shutdown_grace)",
+                    signal.Signals(sig).name,
+                    self.grace,
+                )
+        if sig == signal.SIGINT and not self._hurried:
+            self._hurried = True
+            print("stopping...", file=sys.stderr, flush=True)
+            self._app.streams.hurry()
+        self.should_exit = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Stop listening, and close idle connections, before the grace period rather than after
+        # it (uvicorn's shutdown does both again, harmlessly). Its shutdown would also close
+        # every WebSocket at once (1012), responses in flight included: the app closes them.
+        for listener in self.servers:
+            listener.close()
+        for connection in list(self.server_state.connections):
+            if isinstance(connection, HttpToolsProtocol | H11Protocol):
+                connection.shutdown()  # idle: closed; a response in flight: closed after it
+        for hook in self._app.on_stopping:
+            try:
+                hook()
+            except Exception:
+                log.exception("a stopping hook failed")
+        streams = self._app.streams
+        if not await streams.drained(self.grace):
+            log.info("ending %d open responses (server_shutting_down)", len(streams))
+            streams.end()
+            await streams.ended(_ENDING_SECONDS)
+        await super().shutdown(sockets)
 
 
 def redact_handlers(redactor: Redactor) -> None:
@@ -120,6 +215,8 @@ def log_startup(settings: Settings, app: GatewayApp) -> None:
     """What the gateway serves, with no secret in it: URL credentials masked, keys by name."""
     for upstream in settings.all_upstreams():
         where = redact_url(upstream.base_url) if upstream.base_url else f"{upstream.codex_bin} app-server"
+        if upstream.kind == "embedded":
+            where = f"llama-server run by the gateway ({upstream.model_path or 'SmolLM2-135M'})"
         log.info("upstream %s (%s): %s", upstream.name, upstream.kind, where)
     if app.guard is not None and app.guard.keys:
         log.info("API keys in force: %s", ", ".join(app.guard.keys.names))
@@ -144,16 +241,17 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(_GC_THRESHOLD, gen1, gen2)
 
 
-def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | None = None) -> None:
-    """Serve `app` until SIGINT/SIGTERM. SIGHUP re-reads the API keys.
-    Raises ConfigError when the settings expose an unauthenticated gateway."""
+def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | None = None) -> int | None:
+    """Serve `app` until SIGTERM or SIGINT (StoppingServer); return that signal's number.
+    SIGHUP re-reads the API keys. Raises ConfigError when the settings expose an
+    unauthenticated gateway."""
     guard = app.guard
     check_exposure(settings, bool(guard and guard.keys))
     limits = connection_limits(settings, fit_open_file_limit(settings.max_connections))
-    config = uvicorn_config(app, settings, limits)
+    config = uvicorn_config(app, settings, limits, uvicorn_log_config(settings.log_format))
     redact_handlers(app.redactor)
     log_startup(settings, app)
-    server = uvicorn.Server(config)
+    server = StoppingServer(config, app, settings.shutdown_grace)
     tune_garbage_collector()
 
     async def main() -> None:
@@ -169,3 +267,4 @@ def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | N
 
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(main())
+    return server.stopped_by

@@ -85,6 +85,16 @@ class Recent:
 
 
 @dataclass(slots=True)
+class StoreWrites:
+    """Responses written to the store since start: how many, how many failed, and the seconds
+    spent (for /metrics, which reads them without a round trip to the store)."""
+
+    ok: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
 class Prepared:
     """A request as the backend gets it, and what the services need after the call."""
 
@@ -105,6 +115,7 @@ class ResponseState:
     def __init__(self, store: Store | None, prune_every: float = 600.0) -> None:
         self.store = store
         self.secret = secrets.token_bytes(32)
+        self.writes = StoreWrites()
         self._prune_every = prune_every
         self._pruner: asyncio.Task[None] | None = None
         self._started = store is None
@@ -315,9 +326,13 @@ class _StatefulCall:
             output=output,
             response=response,
         )
+        writes = self._state.writes
+        started = time.perf_counter()
         try:
             await self._state.store.put(record)
+            writes.ok += 1
         except Exception as exc:  # the store is down: the client asked for a stored response
+            writes.failed += 1
             log.error("could not store response %s: %s", record.id, exc)
             error = GatewayError(
                 f"The response was produced but could not be stored ({exc}); it cannot be continued "
@@ -326,6 +341,8 @@ class _StatefulCall:
             )
             failed = dict(response, status="failed", error=error.to_response_error())
             return {**terminal, "type": FAILED, "response": failed}
+        finally:
+            writes.seconds += time.perf_counter() - started
         return terminal
 
 

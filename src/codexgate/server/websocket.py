@@ -31,7 +31,9 @@ from codexgate.server.access import Exchange
 from codexgate.server.guard import API_KEY_NAME
 from codexgate.server.http_errors import redact_failure
 from codexgate.server.state import Recent, Remembered, ResponseState
+from codexgate.server.stopping import Streams
 from codexgate.translate.envelope import Envelope, estimated_usage
+from codexgate.translate.interrupt import interruptible
 from codexgate.translate.turn import new_id
 from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import FAILED, TERMINAL
@@ -73,8 +75,12 @@ class ResponsesSockets:
         redactor: Redactor,
         limits: SocketLimits,
         finished: Callable[[Exchange], None] = lambda exchange: None,
+        streams: Streams | None = None,
     ) -> None:
         self._finished = finished
+        # The responses being delivered (the app's, shared with HTTP) and the connections: a
+        # stopping server ends the one, and the others close once their response ended.
+        self.streams = streams if streams is not None else Streams()
         self._read = read
         self._start = start
         self._state = state
@@ -117,8 +123,12 @@ class _Connection:
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read_frames())
+        streams = self.sockets.streams
+        # A stopping server: the connection closes (1001) once no response is in flight, at
+        # once when idle (None wakes the loop), so the client reconnects to a gateway that stays.
+        streams.hold(self._going_away)
         try:
-            while (message := await self.frames.get()) is not None:
+            while not streams.stopping and (message := await self.frames.get()) is not None:
                 if time.monotonic() - self.opened > self.sockets.limits.max_lifetime:
                     await self._send_error(
                         GatewayError(
@@ -130,10 +140,17 @@ class _Connection:
                     await self.send({"type": "websocket.close", "code": _GOING_AWAY})
                     return
                 await self._respond(message)
+            if streams.stopping:
+                with contextlib.suppress(Exception):  # the client may be gone
+                    await self.send({"type": "websocket.close", "code": _GOING_AWAY})
         finally:
+            streams.release(self._going_away)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+    def _going_away(self) -> None:
+        self.frames.put_nowait(None)
 
     async def _read_frames(self) -> None:
         """Frames into the queue; a frame that arrives while a response streams is refused at
@@ -175,11 +192,13 @@ class _Connection:
                 await self._prewarm(req, inbound, len(raw))
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
-            call = await self.sockets._start(req, inbound, exchange, self.recent)
-            await call.open()
-            await self._stream(call, exchange, len(raw))
+            with self.sockets.streams.stream():  # a stopping server refuses it, or ends it
+                call = await self.sockets._start(req, inbound, exchange, self.recent)
+                await interruptible(call.open())
+                await self._stream(call, exchange, len(raw))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
+            exchange.error_message = exc.message
             if previous is not None:  # a failed continuation evicts what it continued
                 self.recent.forget(previous)
             await self._send_error(exc)

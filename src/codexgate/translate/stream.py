@@ -115,8 +115,8 @@ class ChatStreamTranslator:
         if not isinstance(chunk, dict):
             self.count_malformed()
             return
-        choices = chunk.get("choices") or ()
-        if not isinstance(choices, list):
+        choices = chunk.get("choices") or ()  # [] too: the usage chunk at the end has no choices
+        if not isinstance(choices, (list, tuple)):
             self.count_malformed()  # upstream values are read leniently: skip what has no shape
             choices = ()
         for choice in choices:

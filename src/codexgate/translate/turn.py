@@ -20,6 +20,7 @@ whatever the source does (ends early, raises, is cancelled), every open item clo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -35,6 +36,7 @@ from codexgate.translate.builder import IdFactory, ReasoningBlob, ResponseBuilde
 from codexgate.translate.catalogue import CUSTOM_INPUT_PARAM, ToolCatalogue
 from codexgate.translate.dialect import ThinkMode
 from codexgate.translate.envelope import Envelope, estimated_usage
+from codexgate.translate.interrupt import INTERRUPT
 from codexgate.translate.stages import (
     Failure,
     Finish,
@@ -324,10 +326,23 @@ class Turn:
         client left) closes the source. `on_end` is awaited last, however the run ended, even
         if the source never started: a backend's cleanup belongs there, not in the source."""
         cap = self._options.max_output_chars
+        # The server's way to end this stream early (it is stopping): translate/interrupt.py.
+        interrupt = INTERRUPT.get()
         try:
             yield self.start()
             try:
-                async for _ in source:
+                while True:
+                    if interrupt is not None:
+                        if interrupt.error is not None:
+                            raise interrupt.error
+                        interrupt.waiting = True  # only a wait on the source may be cut short
+                    try:
+                        await anext(source)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        if interrupt is not None:
+                            interrupt.waiting = False
                     if self.failure is not None:
                         raise self.failure
                     if cap is not None and self.output_chars > cap and not self.done:
@@ -346,6 +361,11 @@ class Turn:
                     raise UpstreamStreamCut("The upstream stopped before the model finished.")
             except GatewayError as exc:
                 yield self.fail(exc)
+            except asyncio.CancelledError:
+                error = interrupt.claim() if interrupt is not None else None
+                if error is None:
+                    raise  # the client left, or the server gave up: no event can go out
+                yield self.fail(error)
             except Exception as exc:  # a bug must still end the stream well-formed
                 log.exception("unexpected error while streaming")
                 yield self.fail(GatewayError(f"internal gateway error: {type(exc).__name__}"))

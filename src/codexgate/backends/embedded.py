@@ -1,0 +1,157 @@
+"""The embedded backend (`kind = "embedded"`): a small model the gateway runs itself, so that it
+answers with nothing else installed. A supervised llama.cpp `llama-server` child
+(backends/llama_process.py, built once per user by backends/llama_build.py) serving SmolLM2-135M
+or a GGUF of one's own, reached as an ordinary Chat Completions upstream: every request goes
+through a `ChatBackend` pointed at the child, so the loop guard, think tags, text tool calls and
+the context-window check apply as to any chat upstream.
+
+While the child is built, a request is refused at once with 503 `embedded_model_starting` and
+the build's progress; while it (re)starts, a request waits a few seconds for it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+
+from codexgate.backends.base import UNKNOWN, Event, Inbound
+from codexgate.backends.chat import ChatBackend, ChatCall
+from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.llama_process import EmbeddedModelStarting, LlamaSupervisor
+from codexgate.backends.log import OnceLog
+from codexgate.backends.model_list import ModelList
+from codexgate.backends.transport import Transport
+from codexgate.memo import Memo
+from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.request import Checkpoint
+from codexgate.wire.responses import ResponsesRequest
+
+__all__ = ["EmbeddedBackend", "EmbeddedCall", "EmbeddedModelStarting"]
+
+# How long a request waits for a child that is starting or restarting (it loads in about a
+# second); then it is refused with 503 rather than held.
+START_WAIT_SECONDS = 20.0
+
+
+class _Windows:
+    """The window the child runs with, for /healthz (it is configured, not learned)."""
+
+    def __init__(self, model: str, tokens: int) -> None:
+        self._known = {model: tokens}
+
+    def known(self) -> dict[str, int]:
+        return dict(self._known)
+
+
+class EmbeddedCall:
+    """One request to the embedded model: wait for the child, then an ordinary chat call."""
+
+    def __init__(
+        self, backend: EmbeddedBackend, req: ResponsesRequest, upstream_model: str, inbound: Inbound
+    ) -> None:
+        self._backend, self._req, self._model, self._inbound = backend, req, upstream_model, inbound
+        self._chat: ChatCall | None = None
+
+    async def open(self) -> None:
+        """Raises EmbeddedModelStarting (503) while the model is built or started, NoUpstream
+        when it cannot run, and what a chat call raises."""
+        base_url = await self._backend.supervisor.wait_serving(START_WAIT_SECONDS)
+        self._chat = self._backend.chat_for(base_url).call(self._req, self._model, self._inbound)
+        await self._chat.open()
+
+    def events(self) -> AsyncGenerator[list[Event], None]:
+        assert self._chat is not None, "open() first"
+        return self._chat.events()
+
+
+class EmbeddedBackend:  # a backends.base.Backend
+    """The embedded model as one route sees it. Routes share the supervisor, `counts` and the
+    conversation memory; each has its own dialect (the route's settings layered on)."""
+
+    def __init__(
+        self,
+        template: UpstreamTarget,
+        transport: Transport,
+        supervisor: LlamaSupervisor,
+        once: OnceLog | None = None,
+        counts: Counter[str] | None = None,
+        history: Memo[Checkpoint] | None = None,
+        *,
+        owner: bool = True,
+    ) -> None:
+        """`template`: the chat target without its address (the child's port is chosen when it
+        starts). Only the `owner` (the upstream's own backend, not a route's) stops the child."""
+        self.target = template
+        self.transport = transport
+        self.supervisor = supervisor
+        self.once = once or OnceLog()
+        self.counts: Counter[str] = Counter() if counts is None else counts
+        self.history = history
+        self._owner = owner
+        self._chat: ChatBackend | None = None
+        window = template.dialect.context_window or supervisor.options.context_window
+        self.windows = _Windows(supervisor.options.alias, window)
+
+    def for_route(self, dialect: ChatDialect) -> EmbeddedBackend:
+        """A route's view: the same child with the route's dialect (and the child's window
+        when the route sets none)."""
+        if dialect.context_window is None:
+            dialect = replace(dialect, context_window=self.target.dialect.context_window)
+        return EmbeddedBackend(
+            replace(self.target, dialect=dialect), self.transport, self.supervisor, self.once,
+            self.counts, self.history, owner=False,
+        )  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def base_url(self) -> str:
+        supervisor = self.supervisor
+        return supervisor.base_url if supervisor.serving else f"embedded llama-server ({supervisor.state})"
+
+    def start(self) -> None:
+        """Begin building and running the model (in the event loop; returns at once)."""
+        self.supervisor.start()
+
+    def chat_for(self, base_url: str) -> ChatBackend:
+        """The chat backend for the child at `base_url` (a restart may move it to a new port)."""
+        chat = self._chat
+        if chat is None or chat.target.base_url != base_url:
+            target = replace(self.target, base_url=base_url.rstrip("/"))
+            chat = ChatBackend(target, self.transport, self.once, self.counts, None, self.history)
+            self._chat = chat
+        return chat
+
+    def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> EmbeddedCall:
+        return EmbeddedCall(self, req, upstream_model, inbound)
+
+    async def model_ids(self) -> list[str]:
+        return [self.supervisor.options.alias]
+
+    async def reachability(self) -> ModelList:
+        """The child's `/models` while it serves; else what it is doing, as the problem."""
+        self.supervisor.start()
+        if self.supervisor.serving:
+            return await self.chat_for(self.supervisor.base_url).reachability()
+        return ModelList(self.base_url, 0, detail=self.supervisor.describe())
+
+    def health(self) -> dict[str, object]:
+        """The embedded model's state for /healthz."""
+        supervisor = self.supervisor
+        progress = supervisor.progress
+        return {
+            "state": supervisor.state,
+            "model": supervisor.options.alias,
+            "context_window": self.windows.known()[supervisor.options.alias],
+            "build_percent": progress.percent if progress and supervisor.state == "building" else None,
+            "pid": supervisor.pid,
+            "restarts": supervisor.restarts,
+            "message": supervisor.describe(),
+        }
+
+    async def aclose(self) -> None:
+        if self._owner:
+            await self.supervisor.aclose()

@@ -1,0 +1,149 @@
+"""The embedded model from the settings: the backend of a `kind = "embedded"` upstream (and of
+the fallback `serve` uses when no upstream is configured and no local server is found), and
+its entry in Codex's model catalog. The model itself runs in backends/embedded.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from codexgate.backends.embedded import EmbeddedBackend
+from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.llama_build import llama_root
+from codexgate.backends.llama_process import LlamaOptions, LlamaSupervisor
+from codexgate.backends.log import OnceLog
+from codexgate.backends.transport import Transport
+from codexgate.build_bar import build_bar_for_terminal
+from codexgate.codex_setup import ModelSpec
+from codexgate.config import Settings, UpstreamConfig
+from codexgate.memo import Memo
+
+__all__ = [
+    "DEFAULT_ALIAS",
+    "DEFAULT_CONTEXT_WINDOW",
+    "FALLBACK_NOTE",
+    "EmbeddedFallback",
+    "alias_of",
+    "build_embedded",
+    "embedded_spec",
+    "embedded_upstream",
+]
+
+log = logging.getLogger("codexgate.embedded")
+
+DEFAULT_ALIAS = "smollm2-135m"  # the model id of the default embedded model
+DEFAULT_CONTEXT_WINDOW = 8192  # SmolLM2's trained context
+FALLBACK_NOTE = (
+    "no model server found; serving the embedded SmolLM2-135M (a tiny model for trying "
+    "codexgate; point at a real one with --upstream URL)"
+)
+_TOOLS_NOTE = (
+    "SmolLM2-135M, codexgate's embedded model: a tiny model for trying codexgate. It answers, "
+    "but does not call tools reliably; point codexgate at a real model for work."
+)
+
+
+def embedded_upstream() -> UpstreamConfig:
+    """The upstream `serve` falls back to."""
+    return UpstreamConfig(name="embedded", kind="embedded")
+
+
+def alias_of(upstream: UpstreamConfig) -> str:
+    """The model id it serves: `smollm2-135m`, or the name of one's own GGUF file."""
+    if upstream.model_path:
+        return Path(upstream.model_path).name.removesuffix(".gguf").lower()
+    return DEFAULT_ALIAS
+
+
+def build_embedded(
+    upstream: UpstreamConfig,
+    settings: Settings,
+    environ: Mapping[str, str],
+    transport: Transport,
+    once: OnceLog,
+    history: Memo[Any] | None,
+) -> EmbeddedBackend:
+    """The backend; nothing runs until it is started (at the gateway's startup)."""
+    window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
+    options = LlamaOptions(
+        root=llama_root(environ, settings.llama_dir),
+        alias=alias_of(upstream),
+        context_window=window,
+        threads=upstream.threads,
+        model=Path(upstream.model_path).expanduser() if upstream.model_path else None,
+        server=Path(settings.llama_server).expanduser() if settings.llama_server else None,
+    )
+    template = UpstreamTarget(
+        name=upstream.name,
+        base_url="http://127.0.0.1:0/v1",  # the child's port is chosen when it starts
+        headers={},
+        dialect=replace(upstream.dialect(), context_window=window),
+        connect_timeout=upstream.connect_timeout or settings.connect_timeout,
+        idle_timeout=upstream.idle_timeout or settings.idle_timeout,
+        max_retries=upstream.max_retries if upstream.max_retries is not None else settings.max_retries,
+        retry_backoff=settings.retry_backoff,
+        max_retry_wait=settings.max_retry_wait,
+        models=(options.alias,),
+        learn_context_window=False,  # the window is the one it was started with
+        max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
+        max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
+    )
+    bar = build_bar_for_terminal()
+    supervisor = LlamaSupervisor(options, transport, bar.update if bar is not None else None)
+    return EmbeddedBackend(template, transport, supervisor, once, history=history)
+
+
+def embedded_spec(upstream: UpstreamConfig, slug: str | None = None) -> ModelSpec:
+    """Codex's catalog entry for the embedded model: its window is known without running it."""
+    window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
+    own = bool(upstream.model_path)
+    return ModelSpec(
+        slug=slug or alias_of(upstream),
+        context_window=window,
+        window_source="the embedded model's configured context" if own else "the embedded model",
+        description=None if own else _TOOLS_NOTE,
+    )
+
+
+# While the embedded model is the fallback: how often to look for a local model server, and
+# how long the embedded model goes on (finishing its answers) once one is found.
+WATCH_SECONDS = 10.0
+GRACE_SECONDS = 30.0
+
+
+class EmbeddedFallback:
+    """The embedded model as `serve`'s default, and the watch for a real one: every
+    WATCH_SECONDS `find` looks for a local model server (discovery.py) and, once one is found
+    and routed to, this stops watching; the embedded model stops GRACE_SECONDS later, so the
+    answers it is giving end first."""
+
+    def __init__(self, backend: EmbeddedBackend, find: Callable[[], Awaitable[bool]]) -> None:
+        self.backend, self._find = backend, find
+        self._watch: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        log.info("%s", FALLBACK_NOTE)
+        self.backend.start()
+        self._watch = asyncio.get_running_loop().create_task(self._watching(), name="embedded-fallback")
+
+    async def _watching(self) -> None:
+        try:
+            while not await self._wait_and_find():
+                pass
+            await asyncio.sleep(GRACE_SECONDS)
+        finally:
+            await self.backend.aclose()
+
+    async def _wait_and_find(self) -> bool:
+        await asyncio.sleep(WATCH_SECONDS)
+        return await self._find()
+
+    async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        await self.backend.aclose()

@@ -1,0 +1,106 @@
+"""The embedded model for real: `serve`'s default with nothing configured and nothing found runs
+llama.cpp's llama-server with SmolLM2-135M from the per-user build (tests/support/llama_server.py
+builds it once per machine), answers through the gateway's chat stages, comes back after its
+child is SIGKILLed, and leaves no process behind. The supervision's edge cases run on a
+stand-in in tests/backends/test_embedded.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from codexgate.app import build_app
+from codexgate.backends.llama_build import find_build
+from codexgate.config import load_settings
+from codexgate.embedded import FALLBACK_NOTE
+from codexgate.wire.sse import SSEDecoder
+from tests.backends.test_embedded import dead, wait_until
+from tests.support.llama_server import llama_binary, llama_cache
+from tests.support.servers import arun_asgi_server
+
+
+@pytest.fixture
+def flags(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Settings that leave the gateway nothing but the embedded model, from the tests' build."""
+    server, model = llama_binary()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    monkeypatch.setattr("codexgate.discovery.LOCAL_SERVERS", (("Test server", closed),))
+    found = find_build(llama_cache())
+    if found is not None and found.server == server and found.model == model:
+        return {"llama_dir": str(llama_cache())}  # the default path: the per-user build
+    # CODEXGATE_LLAMA_SERVER / CODEXGATE_LLAMA_MODEL: that server and model, configured
+    upstream = {"name": "embedded", "kind": "embedded", "model_path": str(model)}
+    return {"llama_dir": str(llama_cache()), "llama_server": str(server), "upstreams": [upstream]}
+
+
+@asynccontextmanager
+async def gateway(flags: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
+    app = build_app(load_settings(flags, environ={}), environ={})
+    async with arun_asgi_server(app, lifespan="on", shutdown_timeout=5) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            yield client
+
+
+async def health_when(client: httpx.AsyncClient, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while True:
+        health: dict[str, Any] = (await client.get("/healthz")).json()
+        if check(health):
+            return health
+        assert time.monotonic() < deadline, f"/healthz never got there: {health}"
+        await asyncio.sleep(0.1)
+
+
+def serving(health: dict[str, Any]) -> bool:
+    return bool(health.get("embedded", {}).get("state") == "serving")
+
+
+async def ask_capital(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
+    body = {
+        "model": "smollm2-135m",
+        "instructions": "You are a helpful assistant.",
+        "input": "What is the capital of France? Answer in one sentence.",
+        "max_output_tokens": 48,
+        "temperature": 0,
+        "stream": True,
+    }
+    response = await client.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    return text, events[-1]
+
+
+async def test_the_embedded_model_answers_when_nothing_else_is_there(flags: dict[str, Any]) -> None:
+    async with gateway(flags) as client:
+        health = await health_when(client, serving)
+        text, final = await ask_capital(client)
+    assert "Paris" in text
+    assert final["type"] == "response.completed" and final["response"]["usage"]["output_tokens"] <= 48
+    assert health["status"] == "ok" and health["upstreams"]["embedded"]["usable"]
+    assert health["context_windows"]["embedded"] == {health["embedded"]["model"]: 8192}
+    if "upstreams" not in flags:  # the fallback, not a configured upstream
+        assert health["embedded"]["note"] == FALLBACK_NOTE
+    wait_until(lambda: dead(health["embedded"]["pid"]))
+
+
+async def test_a_killed_llama_server_comes_back_and_none_is_left_behind(flags: dict[str, Any]) -> None:
+    async with gateway(flags) as client:
+        first = (await health_when(client, serving))["embedded"]["pid"]
+        os.kill(first, signal.SIGKILL)
+        health = await health_when(client, lambda h: serving(h) and h["embedded"]["pid"] != first)
+        text, _ = await ask_capital(client)
+    assert "Paris" in text and health["embedded"]["restarts"] == 1
+    wait_until(lambda: dead(health["embedded"]["pid"]))
