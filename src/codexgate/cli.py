@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +15,9 @@ from typing import Any
 
 from codexgate import __version__
 from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings, resolve_config_file
+from codexgate.server.workers import usable_cores
+
+log = logging.getLogger("codexgate")
 
 
 def _setting_flag(parser: argparse.ArgumentParser, name: str, help: str, **kwargs: Any) -> None:
@@ -108,6 +113,9 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     _setting_flag(parser, "log_level", "debug, info, warning, error or critical", metavar="LEVEL")
     _setting_flag(
+        parser, "workers", "gateway processes sharing the port; 0: one per core", metavar="N", type=int
+    )
+    _setting_flag(
         parser, "record_dir", "record each turn into this directory, secrets masked (off by default)",
         metavar="DIR",
     )  # fmt: skip
@@ -134,9 +142,43 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings_from(args)
     configure_logging(settings.log_level, settings.log_format)
-    app = build_app(settings, config_file=resolve_config_file(args.config, os.environ))
+    config_file = resolve_config_file(args.config, os.environ)
+    count = settings.workers or usable_cores()
+    if count > 1:
+        return serve_workers(settings, count, config_file)
+    if usable_cores() > 1:
+        log.info(
+            "serving with 1 worker of the %d cores here: --workers N runs N processes on this port "
+            "(the history cache, /metrics and /ui are then per worker)",
+            usable_cores(),
+        )
+    app = build_app(settings, config_file=config_file)
     stopped_by = serve.run(settings, app)
     return 130 if stopped_by == signal.SIGINT else 0  # 130: interrupted, as shells report it
+
+
+def serve_workers(settings: Settings, count: int, config_file: Path | None) -> int:
+    """`serve --workers N`: the supervisor (server/workers.py); each worker builds its own app
+    and serves the shared socket, with its share of max_connections."""
+    from codexgate.app import build_app
+    from codexgate.server import serve
+    from codexgate.server.auth import resolve_api_keys
+    from codexgate.server.workers import Supervisor, listen
+
+    # Checked once, before any worker starts: a refusal is one line, not N.
+    keys = resolve_api_keys(settings.api_keys, os.environ)
+    serve.check_exposure(settings, bool(keys))
+    per_worker = settings.model_copy(update={"max_connections": max(1, settings.max_connections // count)})
+    sock = listen(settings)
+    host, port = sock.getsockname()[:2]
+    log.info("%d workers on %s:%d (supervisor pid %d)", count, host, port, os.getpid())
+
+    def work(shared: socket.socket) -> int:
+        app = build_app(per_worker, config_file=config_file)
+        stopped_by = serve.run(per_worker, app, sockets=[shared])
+        return 130 if stopped_by == signal.SIGINT else 0
+
+    return Supervisor(count, work, sock).run()
 
 
 def _codex_setup(args: argparse.Namespace) -> int:

@@ -297,6 +297,8 @@ class Settings(_Strict):
     websocket_max_connections: int = Field(default=256, ge=0)
     websocket_max_lifetime: float = Field(default=3600.0, gt=0)
     websocket_max_memory_mb: float = Field(default=64.0, ge=0)
+    # Gateway processes sharing the port (server/workers.py); 0: one per usable core.
+    workers: int = Field(default=1, ge=0, le=256)
     discover: bool = True  # look for a local model server when no upstream is configured
     # With none configured and none found, serve the embedded model (docs/backends.md); its
     # builds live in llama_dir (default $XDG_CACHE_HOME/codexgate/llama); llama_server: a

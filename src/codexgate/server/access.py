@@ -5,6 +5,7 @@ both people and log tools read)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -86,6 +87,7 @@ class Exchange:
             "output_tokens": (self.usage or {}).get("output_tokens"),
             "ttft_ms": None if first is None else round((first - self.started) * 1000),
             "duration_ms": round(elapsed * 1000),
+            "worker": os.environ.get("CODEXGATE_WORKER"),  # under `serve --workers N`
         }
         return {
             key: value if isinstance(value, (int, float)) else str(value)[:_MAX_VALUE]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -81,6 +82,11 @@ class Metrics(Observer):
         self.registry = CollectorRegistry()
         registry = self.registry
         ProcessCollector(registry=registry)  # process_*: CPU, memory, open files, read at scrape time
+        # Which process answered the scrape: under `serve --workers N` each worker counts its own.
+        Gauge(
+            "codexgate_worker", "The gateway process that answered this scrape (1 per worker).",
+            ("worker", "pid"), registry=registry,
+        ).labels(os.environ.get("CODEXGATE_WORKER", "1"), str(os.getpid())).set(1)  # fmt: skip
         self.requests = Counter(
             "codexgate_requests", "Requests answered, by face, backend (upstream), model and outcome.",
             ("face", "backend", "model", "outcome"), registry=registry,
