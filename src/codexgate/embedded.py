@@ -59,6 +59,9 @@ def alias_of(upstream: UpstreamConfig) -> str:
     return DEFAULT_ALIAS
 
 
+DEFAULT_MAX_TOKENS = 1024
+
+
 def build_embedded(
     upstream: UpstreamConfig,
     settings: Settings,
@@ -77,11 +80,16 @@ def build_embedded(
         model=Path(upstream.model_path).expanduser() if upstream.model_path else None,
         server=Path(settings.llama_server).expanduser() if settings.llama_server else None,
     )
+    dialect = upstream.dialect()
+    # A tiny model easily repeats itself until its window is full: minutes on 2 cores for a
+    # newcomer's first "hello". Its answers are capped unless the client (max_output_tokens)
+    # or the config (extra_body) says otherwise; a capped answer ends `incomplete`.
+    extra = {"max_tokens": DEFAULT_MAX_TOKENS, **dialect.extra_body}
     template = UpstreamTarget(
         name=upstream.name,
         base_url="http://127.0.0.1:0/v1",  # the child's port is chosen when it starts
         headers={},
-        dialect=replace(upstream.dialect(), context_window=window),
+        dialect=replace(dialect, context_window=window, extra_body=extra),
         connect_timeout=upstream.connect_timeout or settings.connect_timeout,
         idle_timeout=upstream.idle_timeout or settings.idle_timeout,
         max_retries=upstream.max_retries if upstream.max_retries is not None else settings.max_retries,

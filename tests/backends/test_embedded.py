@@ -354,3 +354,17 @@ async def test_a_failed_build_is_reported_even_when_the_progress_view_breaks(
         await supervisor.aclose()
         await transport.aclose()
     assert "configuring llama.cpp (cmake) failed" in (supervisor.error or "")
+
+
+async def test_the_tiny_models_answers_are_capped_unless_the_client_says(
+    tmp_path: Path, nothing_local: int
+) -> None:
+    fake_build(tmp_path / "llama")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        await health_when(client, serving)
+        capped = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "max_tokens?"})
+        asked = await client.post(
+            "/v1/responses", json={"model": "smollm2-135m", "input": "max_tokens?", "max_output_tokens": 50}
+        )
+    assert capped.json()["output"][0]["content"][0]["text"] == "1024"
+    assert asked.json()["output"][0]["content"][0]["text"] == "50"

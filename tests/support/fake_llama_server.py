@@ -61,6 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
         last = (body.get("messages") or [{}])[-1].get("content")
         if isinstance(last, str) and last.startswith("echo:"):  # say what the test wants said
             text = last.removeprefix("echo:")
+        if last == "max_tokens?":  # what the gateway capped the answer at
+            text = str(body.get("max_tokens"))
         chunks = [
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
