@@ -216,3 +216,16 @@ async def test_upgrades_are_checked_like_requests(tmp_path: Path) -> None:
         assert foreign.value.response.status_code == 403
         async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
             assert answer(await turn(ws, input="hi")) == "heard: hi"
+
+
+async def test_a_client_that_leaves_mid_answer_cancels_the_upstream_request(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (url, fake):
+        async with connect(url) as ws:
+            await ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "slow"}).decode())
+            first = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert first["type"] == "response.created"
+        for _ in range(100):  # bounded: the upstream sees the gateway hang up
+            if fake.disconnects:
+                break
+            await asyncio.sleep(0.05)
+    assert fake.disconnects == 1

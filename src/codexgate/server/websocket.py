@@ -120,6 +120,8 @@ class _Connection:
         self.opened = time.monotonic()
         self.frames: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.busy = False
+        self.responding: asyncio.Task[None] | None = None  # the response in flight
+        self.left = False  # the client closed the connection
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read_frames())
@@ -139,7 +141,7 @@ class _Connection:
                     )
                     await self.send({"type": "websocket.close", "code": _GOING_AWAY})
                     return
-                await self._respond(message)
+                await self._respond_watched(message)
             if streams.stopping:
                 with contextlib.suppress(Exception):  # the client may be gone
                     await self.send({"type": "websocket.close", "code": _GOING_AWAY})
@@ -148,6 +150,20 @@ class _Connection:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+    async def _respond_watched(self, message: dict[str, Any]) -> None:
+        """Answer a frame in a task of its own, which the reader cancels when the client
+        leaves mid-answer: closing the backend's events then cancels the upstream request."""
+        task = asyncio.ensure_future(self._respond(message))
+        self.responding = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not self.left:
+                raise  # cancelled from outside (the server stopping): not the client
+            log.info("client disconnected; upstream request cancelled")
+        finally:
+            self.responding = None
 
     def _going_away(self) -> None:
         self.frames.put_nowait(None)
@@ -159,6 +175,9 @@ class _Connection:
             while True:
                 message = await self.receive()
                 if message["type"] == "websocket.disconnect":
+                    self.left = True
+                    if self.responding is not None:
+                        self.responding.cancel()
                     return
                 if message["type"] != "websocket.receive":
                     return  # nothing else may follow the connect message
