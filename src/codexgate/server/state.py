@@ -25,6 +25,7 @@ from codexgate.backends.base import Call, Inbound
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.store.base import Item, Store, StoredResponse, StoreError
 from codexgate.translate.compaction import (
+    COMPACTION_KINDS,
     CompactionOutput,
     expand_compaction_items,
     is_compaction_request,
@@ -38,6 +39,7 @@ log = logging.getLogger("codexgate.state")
 
 PREVIOUS_NOT_FOUND = "previous_response_not_found"
 ITEM_NOT_FOUND = "item_not_found"
+ITEM_REFERENCE = "item_reference"
 STORE_FAILED = "store_failed"
 STORE_UNAVAILABLE = "store_unavailable"
 
@@ -171,13 +173,18 @@ class ResponseState:
         if not self._started:
             await self.ready()
         owner = inbound.caller or ""
-        own_input = await self._resolve_references(req.input, owner, recent)
+        # One look at the item types decides what needs expanding: a Codex request re-sends
+        # its whole history every turn, and nearly always nothing in it does.
+        kinds = {item.get("type") for item in req.input}
+        referencing = ITEM_REFERENCE in kinds
+        own_input = await self._resolve_references(req.input, owner, recent) if referencing else req.input
         history: list[Item] = []
         if req.previous_response_id is not None:
             history = await self._history(req.previous_response_id, owner, recent)
             _check_outputs_answer_calls(history, own_input)
         expanded = history + own_input if history else own_input
-        expanded = expand_compaction_items(expanded, owner, self.secret)
+        if history or referencing or not kinds.isdisjoint(COMPACTION_KINDS):
+            expanded = expand_compaction_items(expanded, owner, self.secret)
         compaction = is_compaction_request(req)
         if expanded is not req.input:
             req = dataclasses.replace(req, input=expanded)
@@ -210,9 +217,7 @@ class ResponseState:
         return history
 
     async def _resolve_references(self, items: list[Item], owner: str, recent: Recent | None) -> list[Item]:
-        wanted = [i for i, item in enumerate(items) if item.get("type") == "item_reference"]
-        if not wanted:
-            return items
+        wanted = [i for i, item in enumerate(items) if item.get("type") == ITEM_REFERENCE]
         ids = [items[i]["id"] for i in wanted]
         found = recent.items() if recent is not None else {}
         missing = [item_id for item_id in ids if item_id not in found]
@@ -322,7 +327,7 @@ class _StatefulCall:
             owner=prepared.owner,
             created_at=float(response.get("created_at") or time.time()),
             previous_response_id=prepared.req.previous_response_id,
-            input=_with_ids(prepared.own_input),
+            input=[listed_item(item) for item in prepared.own_input],  # the client's dicts unchanged
             output=output,
             response=response,
         )
@@ -344,11 +349,6 @@ class _StatefulCall:
         finally:
             writes.seconds += time.perf_counter() - started
         return terminal
-
-
-def _with_ids(items: list[Item]) -> list[Item]:
-    """Input items as stored; the client's own dicts are not changed."""
-    return [listed_item(item) for item in items]
 
 
 def listed_item(item: Item) -> Item:

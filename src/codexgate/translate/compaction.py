@@ -48,7 +48,7 @@ __all__ = [
 COMPACTION_FAILED: Final = "compaction_failed"
 
 TRIGGER: Final = "compaction_trigger"
-_COMPACTION_KINDS: Final = frozenset(("compaction", "compaction_summary"))
+COMPACTION_KINDS: Final = frozenset(("compaction", "compaction_summary"))
 _PREFIX: Final = "cgz1."
 
 SUMMARY_PROMPT: Final = """\
@@ -162,12 +162,12 @@ def expand_compaction_items(items: list[Item], owner: str, secret: bytes) -> lis
     decides about them). Returns `items` itself when it holds no compaction item, which is
     nearly always: only the item types are looked at then. Raises InvalidRequest (naming
     `input[i].encrypted_content`) for one with our prefix that does not verify for `owner`."""
-    if not any(item.get("type") in _COMPACTION_KINDS for item in items):
+    if not any(item.get("type") in COMPACTION_KINDS for item in items):
         return items
     expanded: list[Item] = []
     for index, item in enumerate(items):
         content = item.get("encrypted_content")
-        if item.get("type") in _COMPACTION_KINDS and isinstance(content, str):
+        if item.get("type") in COMPACTION_KINDS and isinstance(content, str):
             summary = unseal(content, owner, secret, f"input[{index}].encrypted_content")
             if summary is not None:
                 text = _SUMMARY_INTRO + summary
