@@ -20,13 +20,17 @@ import aiohttp
 
 GATEWAY = "gateway"
 DIRECT = "direct"
+# Any Responses relay, codexgate or a peer: events found by their `data:` JSON (a peer may
+# leave out the `event:` lines, which Codex does not need).
+RESPONSES = "responses"
 
 _MARKERS = {
     GATEWAY: (b"event: response.output_text.delta\n", b"event: response.completed\n"),
     DIRECT: (b'"delta":{"content":"', b"data: [DONE]"),
+    RESPONSES: (b'"type":"response.output_text.delta"', b'"type":"response.completed"'),
 }
 _CARRY = 48
-_FAILED = b"event: response.failed\n"
+_FAILED = (b"event: response.failed\n", b'"type":"response.failed"')
 _LOOP_CODE = b"model_output_loop"
 
 # Streams that ended in response.failed because codexgate's loop guard stopped them. A bench
@@ -69,6 +73,8 @@ def new_session(limit: int = 2000) -> aiohttp.ClientSession:
 
 
 _HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+# A peer relay may refuse a request with no key (the gateway and the bare relay ignore it).
+_KEYED = {**_HEADERS, "authorization": "Bearer bench"}
 
 
 async def stream_once(
@@ -93,7 +99,7 @@ async def stream_once(
     t0 = perf()
     opened = False
     try:
-        async with session.post(url, data=body, headers=_HEADERS) as resp:
+        async with session.post(url, data=body, headers=_KEYED if kind == RESPONSES else _HEADERS) as resp:
             res.status = resp.status
             if on_open is not None:
                 on_open()
@@ -113,7 +119,7 @@ async def stream_once(
                 prev_nl = chunk[-1:] == b"\n"
                 if not (found_first and found_end):
                     window = carry + chunk if carry else chunk
-                    if not found_failed and kind == GATEWAY and _FAILED in window:
+                    if not found_failed and kind != DIRECT and any(f in window for f in _FAILED):
                         found_failed = True
                         res.error = "response.failed"
                     if found_failed and _LOOP_CODE in window and "loop" not in res.error:

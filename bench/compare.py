@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from client import DIRECT, GATEWAY, StreamResult, pct, stream_once
 from procs import (
+    CPUS,
     ROOT,
     Proc,
     clean_env,
@@ -161,7 +162,7 @@ class Compare:
     def _pin(self, busy: Target | None) -> None:
         """`busy` (or, for latency, every relay and this client) on the last CPU; the fake
         upstream, and under load this client, on the first."""
-        cpus = sorted(os.sched_getaffinity(0))
+        cpus = CPUS
         if len(cpus) < 2:
             return
         first, last = {cpus[0]}, {cpus[-1]}
@@ -177,7 +178,7 @@ class Compare:
                 pass
 
     def unpin(self) -> None:
-        cpus = set(os.sched_getaffinity(0)) | set(range(os.cpu_count() or 1))
+        cpus = set(CPUS)
         for pid in [self.b.up_proc.pid, 0] + [t.proc.pid for t in self.targets if t.proc]:
             try:
                 set_affinity(pid, cpus)

@@ -22,6 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The CPUs this benchmark may use, read once before anything is pinned: a process pinned to one
+# CPU reads only that one from sched_getaffinity, and its children inherit the pin.
+CPUS = sorted(os.sched_getaffinity(0))
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

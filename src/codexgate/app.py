@@ -106,9 +106,10 @@ def chat_backend(
 
 def history_memo(settings: Settings) -> Memo[Any] | None:
     """What the gateway remembers of each conversation between turns (memo.py), within
-    `history_cache_mb`; None when that is 0."""
+    `history_cache_mb`, for requests of at least `history_cache_min_kb`; None when the budget
+    is 0."""
     budget = settings.history_cache_mb * 1024 * 1024
-    return Memo(budget) if budget > 0 else None
+    return Memo(budget, min_weight=settings.history_cache_min_kb * 1024) if budget > 0 else None
 
 
 def model_backend(upstream: Backend, model: ModelConfig) -> ChatBackend:

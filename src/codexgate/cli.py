@@ -76,6 +76,10 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
         type=int, metavar="MIB",
     )  # fmt: skip
     _setting_flag(
+        parser, "history_cache_min_kb", "remember only conversations whose request is at least this large",
+        type=int, metavar="KIB",
+    )  # fmt: skip
+    _setting_flag(
         parser,
         "max_output_bytes",
         "model output per response before it ends incomplete (max_output_tokens)",

@@ -18,11 +18,13 @@ V = TypeVar("V")
 
 class Memo(Generic[V]):
     """Least-recently-used values under two bounds. A value heavier than the whole budget is
-    not kept (and evicts nothing)."""
+    not kept (and evicts nothing), nor one lighter than `min_weight`: what is cheap to make
+    again is not worth the memory (putting one drops what the key held)."""
 
-    def __init__(self, max_weight: int, max_entries: int = 256) -> None:
+    def __init__(self, max_weight: int, max_entries: int = 256, min_weight: int = 0) -> None:
         self.max_weight = max_weight
         self.max_entries = max_entries
+        self.min_weight = min_weight
         self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._weight = 0
 
@@ -40,11 +42,20 @@ class Memo(Generic[V]):
         self._entries.move_to_end(key)
         return found[0]
 
+    def admits(self, weight: int | None) -> bool:
+        """Whether a value of this weight would be kept (None: unknown, assumed so)."""
+        return weight is None or self.min_weight <= weight <= self.max_weight
+
+    def drop(self, key: Hashable) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+
     def put(self, key: Hashable, value: V, weight: int) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
             self._weight -= old[1]
-        if weight > self.max_weight or self.max_entries <= 0:
+        if weight > self.max_weight or weight < self.min_weight or self.max_entries <= 0:
             return
         self._entries[key] = (value, weight)
         self._weight += weight

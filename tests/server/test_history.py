@@ -127,6 +127,9 @@ def test_resuming_from_any_earlier_turn_gives_the_same_upstream_body(seed: int) 
         expected = fresh.encode()
         assert resumed.encode() == expected
         assert resumed.body == fresh.body
+        # A request the memory would not keep makes no checkpoint, and the same bytes.
+        unkept = to_chat_request(parse_request(orjson.loads(orjson.dumps(body))), dialect, "up", keep=False)
+        assert unkept.checkpoint is None and unkept.encode() == expected
         checkpoint = resumed.checkpoint
     # And from any earlier turn, including one that does not prefix this one any more.
     rng = random.Random(seed)
@@ -245,6 +248,27 @@ def test_the_memo_is_bounded_by_entries_and_weight_least_recently_used_first() -
     assert memo.get("huge") is None and memo.get("e") == "e"
     memo.put("e", "e2", 5)  # replacing re-weighs
     assert memo.get("e") == "e2" and memo.get("d") == "d" and memo.weight == 15
+
+
+def test_a_value_lighter_than_the_memos_minimum_is_not_kept_and_drops_the_older_one() -> None:
+    memo: Memo[str] = Memo(max_weight=100, min_weight=20)
+    memo.put("a", "big", 30)
+    memo.put("b", "small", 19)
+    assert memo.get("b") is None and memo.get("a") == "big"
+    memo.put("a", "shrunk", 10)  # a key whose new value is too light forgets the old one
+    assert memo.get("a") is None and memo.weight == 0
+
+
+def test_the_gateway_remembers_only_conversations_past_history_cache_min_kb() -> None:
+    from codexgate.app import history_memo
+    from codexgate.config import Settings
+
+    memo = history_memo(Settings(history_cache_mb=1, history_cache_min_kb=4))
+    assert memo is not None
+    memo.put("short", "x", 4095)
+    memo.put("long", "y", 4096)
+    assert memo.get("short") is None and memo.get("long") == "y"
+    assert history_memo(Settings(history_cache_mb=0)) is None
 
 
 def test_cut_markers_of_the_remembered_turn_still_apply_to_new_items() -> None:

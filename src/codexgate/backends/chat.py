@@ -43,15 +43,23 @@ class ChatCall(HttpCall):
         history = backend.history
         key = (backend, inbound.conversation)
         earlier = history.get(key) if history is not None and inbound.conversation else None
-        chat = to_chat_request(req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix)
+        # Only a request the memory would keep leaves a checkpoint (memo.py's minimum).
+        keep = (
+            history is not None and bool(inbound.conversation) and history.admits(inbound.body_size or None)
+        )
+        chat = to_chat_request(
+            req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep
+        )
         # Client-chosen strings: clipped, and a few per request at most.
         for kind in dict.fromkeys(chat.catalogue.skipped[:_LOGGED_KINDS]):
             backend.once.warning(f"tool kind {clip(kind)} cannot run on a chat upstream; left out")
         for kind in dict.fromkeys(chat.dropped_items[:_LOGGED_KINDS]):
             backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
         body = chat.encode()
-        if history is not None and inbound.conversation:
+        if history is not None and chat.checkpoint is not None:
             history.put(key, chat.checkpoint, inbound.body_size or len(body))
+        elif earlier is not None and history is not None:
+            history.drop(key)  # the conversation shrank (compacted): its old turn is no use
         super().__init__(backend, "/chat/completions", body)
         self._backend = backend
         self._upstream_model = upstream_model

@@ -42,13 +42,14 @@ class Exchange:
         self.usage: dict[str, Any] | None = None
         self.response_id: str | None = None
         self.wall_start = time.time()
-        # For observers (server/observe.py): the canonical request once read, the terminal
-        # event once sent, and what sees each batch of events (None: nothing watches).
+        # For observers (server/observe.py): the canonical request once read (until `started`
+        # has seen it: then it is dropped, so a long stream does not hold its whole history),
+        # the terminal event once sent, and what sees each batch of events (None: nothing watches).
         self.req: Any = None
         self.terminal: dict[str, Any] | None = None
         self.watch: Callable[[list[dict[str, Any]]], None] | None = None
         # The request as the backend got it, with what the request services need (server/state.py
-        # Prepared: history, references and summaries expanded); set before `started`.
+        # Prepared: history, references and summaries expanded); set for `started` only.
         self.prepared: Any = None
         # The inbound API key's name (None: no key): whose exchange it is, for the live view.
         self.caller: str | None = None

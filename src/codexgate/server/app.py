@@ -31,7 +31,7 @@ from codexgate.errors import (
 from codexgate.redact import Redactor
 from codexgate.routing import Router
 from codexgate.server.access import Exchange
-from codexgate.server.delivery import Ask, ClientGone, Face, deliver, until_disconnect
+from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
@@ -268,7 +268,11 @@ class GatewayApp:
             exchange.model, exchange.req = ask.req.model, ask.req
             with self.streams.stream():
                 call = await self._call(ask.req, ask.inbound, exchange)
-                await until_disconnect(receive, exchange, self._answer(call, ask, send, exchange))
+                encoder = ask.encoder
+                # The request (its whole history) is the backend's now: a long stream holds
+                # only what the rest of it needs.
+                del ask
+                await until_disconnect(receive, exchange, self._answer(call, encoder, send, exchange))
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
             exchange.error_message = exc.message
@@ -293,14 +297,17 @@ class GatewayApp:
         call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
         exchange.prepared = prepared
         self.observers.started(exchange)
+        exchange.req = exchange.prepared = None  # for `started` only (server/access.py)
         return self.state.wrap(call, prepared, recent)
 
-    async def _answer(self, call: Call, ask: Ask, send: Send, delivery: Exchange) -> None:
+    async def _answer(
+        self, call: Call, encoder: StreamEncoder | BodyEncoder, send: Send, delivery: Exchange
+    ) -> None:
         # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
         await interruptible(call.open())
         events = call.events()
         try:
-            await deliver(events, ask.encoder, send, delivery, self.redactor)
+            await deliver(events, encoder, send, delivery, self.redactor)
             async for _ in events:  # the backend drains the upstream after the terminal event
                 pass
         finally:

@@ -23,7 +23,8 @@ class Observer:
     logged and the request goes on."""
 
     def started(self, exchange: Exchange) -> None:
-        """The request was read (`exchange.req` is set) and routed (`exchange.upstream`)."""
+        """The request was read (`exchange.req` is set, for this call only) and routed
+        (`exchange.upstream`)."""
 
     def wants_batches(self, exchange: Exchange) -> bool:
         """Whether `batch` should see this exchange's events (asked once, at its start)."""

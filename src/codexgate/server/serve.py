@@ -28,6 +28,7 @@ from codexgate.server.app import GatewayApp
 from codexgate.server.auth import ENV_KEYS
 from codexgate.server.limits import ConnectionLimits, limited_protocol
 from codexgate.server.logs import uvicorn_log_config
+from codexgate.server.memory import give_back_memory
 
 log = logging.getLogger("codexgate")
 
@@ -259,9 +260,12 @@ def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | N
         hup = getattr(signal, "SIGHUP", None)
         if guard is not None and hup is not None:
             loop.add_signal_handler(hup, guard.reload)
+        streams = app.streams
+        trimmer = asyncio.create_task(give_back_memory(lambda: len(streams), lambda: streams.started))
         try:
             await server.serve(sockets=sockets)
         finally:
+            trimmer.cancel()
             if guard is not None and hup is not None:
                 loop.remove_signal_handler(hup)
 

@@ -41,6 +41,7 @@ class Streams:
         self._held: set[Callable[[], None]] = set()  # each held connection's wake-up
         self._hurry = False  # end the streams without waiting for the grace period
         self._changed: asyncio.Event | None = None  # made by the first wait, in its loop
+        self.started = 0  # responses begun, ever (server/memory.py trims after activity)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -54,6 +55,7 @@ class Streams:
         interrupt = Interrupt()
         token = INTERRUPT.set(interrupt)
         self._open.add(interrupt)
+        self.started += 1
         try:
             yield interrupt
         finally:

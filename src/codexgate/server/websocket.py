@@ -197,24 +197,31 @@ class _Connection:
             self.frames.put_nowait(None)
 
     async def _respond(self, message: dict[str, Any]) -> None:
-        text = message.get("text")
-        raw = text.encode() if isinstance(text, str) else (message.get("bytes") or b"")
+        # Taken out of the message, as the request is below once the backend has it: a long
+        # answer holds only what the rest of it needs.
+        text = message.pop("text", None)
+        raw = text.encode() if isinstance(text, str) else (message.pop("bytes", None) or b"")
+        del text
+        frame_bytes = len(raw)
         exchange = Exchange(None, "responses-ws")
         previous: str | None = None
         try:
             data = _create_frame(raw)
+            del raw
             generate = data.pop("generate", True)
-            req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), len(raw))
+            req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), frame_bytes)
+            del data
             exchange.model, exchange.req = req.model, req
             previous = req.previous_response_id
             if generate is False:
-                await self._prewarm(req, inbound, len(raw))
+                await self._prewarm(req, inbound, frame_bytes)
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
             with self.sockets.streams.stream():  # a stopping server refuses it, or ends it
                 call = await self.sockets._start(req, inbound, exchange, self.recent)
+                del req, inbound
                 await interruptible(call.open())
-                await self._stream(call, exchange, len(raw))
+                await self._stream(call, exchange, frame_bytes)
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
             exchange.error_message = exc.message

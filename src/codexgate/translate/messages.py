@@ -307,7 +307,7 @@ class History:
 class Translated:
     messages: list[Message]
     dropped: list[str]  # item types left out
-    history: History  # for the next request of the conversation
+    history: History | None  # for the next request of the conversation (None: not kept)
 
 
 def translate_input(
@@ -317,10 +317,13 @@ def translate_input(
     notice: str | None = None,
     earlier: History | None = None,
     known: tuple[list[Item], int] | None = None,
+    *,
+    keep: bool = True,
 ) -> Translated:
     """The chat messages for a request's instructions and input. `earlier`: the History of an
     earlier request of the same conversation, translated with the same dialect; the result is
     the same with or without it; `known` says what is known of the items (History.resume).
+    `keep`: make the History (False: the caller will not remember it).
     Raises InvalidRequest for an item the upstream could not read (see translate/items.py)."""
     resumed = earlier.resume(items, instructions, known) if earlier is not None else None
     if resumed is not None and earlier is not None:
@@ -337,6 +340,8 @@ def translate_input(
         if is_cut(item, cut):
             continue
         _translate_item(builder, item, index)
+    if not keep:
+        return Translated(builder.finish(notice), builder.dropped, None)
     history = History(items, instructions, builder.copy(), ids, frozenset(cut))
     if resumed is not None and earlier is not None:
         # Every message the earlier History encoded is held by this one too: resuming

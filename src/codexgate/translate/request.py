@@ -52,7 +52,7 @@ class Checkpoint:
 class ChatRequest:
     body: dict[str, Any]
     catalogue: ToolCatalogue
-    checkpoint: Checkpoint  # for the next request of the same conversation
+    checkpoint: Checkpoint | None  # for the next request of the same conversation, if kept
     dropped_items: list[str] = field(default_factory=list)
 
     def encode(self) -> bytes:
@@ -61,6 +61,10 @@ class ChatRequest:
         request's encodings are kept in its checkpoint for the next one."""
         body = self.body
         messages: list[Message] = body["messages"]
+        if self.checkpoint is None:  # nothing to keep: the messages in one go (the same bytes)
+            head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+            opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
+            return opening + orjson.dumps(messages) + b"}"
         history = self.checkpoint.history
         known = history.encoded
         ids = list(map(id, messages))
@@ -71,7 +75,10 @@ class ChatRequest:
             for i in fresh:
                 part = parts[i] = orjson.dumps(messages[i])
                 if ids[i] in held:
-                    known[ids[i]] = part
+                    # A copy of the exact size: orjson's result keeps the buffer it grew
+                    # (4 KB or more even for a short message), and these stay for the
+                    # conversation's next turn.
+                    known[ids[i]] = bytes(memoryview(part))
         head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
         opening = head[:-1] + (b',"messages":[' if len(head) > 2 else b'"messages":[')
         # One join, so a long history is copied once; commas are the separator
@@ -95,13 +102,17 @@ def to_chat_request(
     upstream_model: str,
     earlier: Checkpoint | None = None,
     known: tuple[list[Item], int] | None = None,
+    *,
+    keep: bool = True,
 ) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
     the dialect's `extra_body` (upstream and model settings), then the client's own values.
     `earlier`: the checkpoint of an earlier request of the same conversation, translated with
     the same dialect; what the two share is not translated again (the result is the same).
-    `known`: the leading input items known equal to that earlier request's (Inbound)."""
+    `known`: the leading input items known equal to that earlier request's (Inbound).
+    `keep`: make the checkpoint for the next request (False: it would not be remembered, so
+    neither its copy of the translation nor its encodings are made)."""
     tools = tools_of(req)
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
@@ -110,7 +121,7 @@ def to_chat_request(
         functions = chat_tools(catalogue)
     notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
-    translated = translate_input(req.input, req.instructions, dialect, notice, history, known)
+    translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
     messages = translated.messages
 
     body: dict[str, Any] = {}
@@ -150,7 +161,8 @@ def to_chat_request(
     response_format = _response_format((req.text or {}).get("format"))
     if response_format is not None:
         body["response_format"] = response_format
-    checkpoint = Checkpoint(translated.history, tools, functions, catalogue)
+    kept = translated.history
+    checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
     return ChatRequest(body, catalogue, checkpoint, translated.dropped)
 
 

@@ -1,0 +1,59 @@
+"""Giving memory back to the system after a burst.
+
+CPython frees what a request allocated, but the C allocator keeps the freed pages: the
+process's resident memory stays at the high-water mark of its busiest moment. After 128
+concurrent Codex-sized requests that is some 30 MB more than the gateway needs idle
+(bench/under_load.py, "RSS before"), and every later burst grows from there. glibc's
+`malloc_trim` returns free pages, those between live allocations too. It costs about a
+millisecond on the event loop, so it runs when a burst has ended (the open responses fell to
+half of the most since the last trim), or every half minute under a steady load; never when
+nothing was served since the last time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("codexgate.memory")
+
+CHECK_INTERVAL = 1.0  # seconds between two looks at the load
+TRIM_AT_LEAST_EVERY = 30.0  # seconds: under a steady load, trim this often
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where there is none (musl, macOS)."""
+    for name in ("libc.so.6", ctypes.util.find_library("c")):
+        if name is None:
+            continue
+        try:
+            trim = ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError):
+            continue
+        trim.argtypes = [ctypes.c_size_t]
+        trim.restype = ctypes.c_int
+        return trim
+    return None
+
+
+async def give_back_memory(open_now: Callable[[], int], served: Callable[[], int]) -> None:
+    """Until cancelled: return the allocator's free pages to the system after a burst.
+    `open_now()`: responses in flight; `served()`: responses begun, ever."""
+    trim = _malloc_trim()
+    if trim is None:
+        log.debug("no malloc_trim here: resident memory stays at its high-water mark")
+        return
+    loop = asyncio.get_running_loop()
+    last_served, most, last_trim = served(), 0, loop.time()
+    while True:
+        await asyncio.sleep(CHECK_INTERVAL)
+        now = open_now()
+        most = max(most, now)
+        if served() == last_served:
+            continue
+        if now * 2 <= most or loop.time() - last_trim >= TRIM_AT_LEAST_EVERY:
+            trim(0)
+            last_served, most, last_trim = served(), now, loop.time()
