@@ -22,8 +22,10 @@ Relays: `bare` (bench/bare_relay.py, the Python floor), `head` (codexgate from t
 `base` (codexgate from `--base-src DIR`, e.g. an older commit's src/ from `git archive`), and
 any peer given as `--peer NAME=COMMAND`, where COMMAND may use {port} and {upstream} (the fake
 upstream's /v1 base URL) and is run by the shell, e.g.
-`--peer rust='env PORT={port} BACKEND_URL={upstream}/chat/completions /path/to/relay'`.
-Each relay's figures are also printed as a ratio to the bare relay's.
+`--peer rust='PORT={port} BACKEND_URL={upstream}/chat/completions exec /path/to/relay'` (`exec`,
+so that the process measured is the relay, not a shell). codexgate runs with `store = "none"`:
+Codex sends `store: false`, so the store would only be opened. Each relay's figures are also
+printed as a ratio to the bare relay's.
 
 `--profile` also records the head relay with py-spy during a separate saturated run and
 prints the top functions (inclusive and self).
