@@ -239,7 +239,12 @@ def test_take_plain_updates_the_parser_as_feed_would() -> None:
 def test_take_plain_leaves_leading_whitespace_and_candidates_to_feed() -> None:
     parser = TextToolCallParser({"shell": None})
     assert not parser.take_plain("\n ")  # may be dropped before a call
-    assert not parser.take_plain("see [1]")
+    assert not parser.take_plain("see <tool_call>")
+    assert not parser.take_plain("see <tool")  # the start of an opener: the next delta decides
+    assert parser.take_plain("see [1] and {a: b} and a < b")  # inert where they stand
+    assert not parser.take_plain("\n[1]")  # a line starts with it
+    assert parser.take_plain(" x")
+    assert not TextToolCallParser({"shell": None}).take_plain('  {"name": "shell"}')
     assert parser.take_plain("plain")
 
 
@@ -287,3 +292,39 @@ def test_a_stage_without_feed_text_gets_feed() -> None:
     assert fast.feed_text("calm") == [Text("calm")]  # not None: the stage was asked
     assert fast.feed_text("loud!") == [Text("LOUD!")]
     assert fast.feed_reasoning("thought") is None  # no stage takes reasoning
+
+
+_CODEY = [
+    "def f(a: list[int]) -> dict[str, int]:", "{", "}", "[", "]", "<", ">", "`", "```", "\n", "  ",
+    " x < y ", "<tool_call>", '{"name": "shell", "arguments": {"cmd": "ls"}}', "</tool_call>",
+    "[TOOL_CALLS]", "<function=shell>", "<|python_tag|>", "words", " and ", "\n\n", "\t",
+]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_take_plain_then_feed_gives_what_feed_alone_gives_on_code_text(seed: int) -> None:
+    """The hot path lets inert `[`, `{`, `<` and backticks through (`_Openers.live`); cut
+    anywhere, any mix of code and real openers must come out as `feed` alone makes it."""
+    rng = random.Random(seed)
+    text = "".join(rng.choice(_CODEY) for _ in range(rng.randint(5, 60)))
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 25))))
+    deltas = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    fast, slow = TextToolCallParser({"shell": None}), TextToolCallParser({"shell": None})
+    fast_out: list[Any] = []
+    slow_out: list[Any] = []
+    for delta in deltas:
+        fast_out += [TextPiece(delta)] if fast.take_plain(delta) else fast.feed(delta)
+        slow_out += slow.feed(delta)
+    fast_out += fast.finish()
+    slow_out += slow.finish()
+
+    def merged(pieces: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for piece in pieces:
+            if out and isinstance(piece, TextPiece) and isinstance(out[-1], TextPiece):
+                out[-1] = TextPiece(out[-1].text + piece.text)
+            else:
+                out.append(piece)
+        return out
+
+    assert merged(fast_out) == merged(slow_out)

@@ -82,16 +82,45 @@ class _Openers:
 
     at: Mapping[str, tuple[tuple[TextCallFormat, Opener], ...]]
     candidate: re.Pattern[str] | None
+    # What can open a call in a delta, in its context (`take_plain`): an `anywhere` opener,
+    # or the start of one at the delta's end; a `line_start` opener's first character after
+    # a newline (and spaces), or at the delta's start when a line starts there; a
+    # `message_start` one's at the start of the message. A code answer is full of `[`, `{`
+    # and `<` that are none of these.
+    live: re.Pattern[str] | None
+    line_firsts: str
+    message_firsts: str
 
     @classmethod
     def of(cls, mode: str) -> _Openers:
         formats = FORMATS if mode == "auto" else tuple(f for f in FORMATS if f.name == mode)
         at: dict[str, tuple[tuple[TextCallFormat, Opener], ...]] = {}
+        anywhere: set[str] = set()
+        line_firsts, message_firsts = set(), set()
         for fmt in formats:
             for opener in fmt.openers:
                 at[opener.text[0]] = (*at.get(opener.text[0], ()), (fmt, opener))
+                if opener.where == "anywhere":
+                    anywhere.add(opener.text)
+                elif opener.where == "line_start":
+                    line_firsts.add(opener.text[0])
+                else:
+                    message_firsts.add(opener.text[0])
         firsts = "".join(sorted(at))
-        return cls(MappingProxyType(at), re.compile(f"[{re.escape(firsts)}]") if firsts else None)
+        if not firsts:
+            return cls(MappingProxyType(at), None, None, "", "")
+        whole = [re.escape(text) for text in sorted(anywhere)]
+        starts = {re.escape(text[:n]) for text in anywhere for n in range(1, len(text))}
+        live = [*whole, rf"(?:{'|'.join(sorted(starts))})\Z"] if starts else whole
+        if line_firsts:
+            live.append(rf"\n[ \t]*[{re.escape(''.join(sorted(line_firsts)))}]")
+        return cls(
+            MappingProxyType(at),
+            re.compile(f"[{re.escape(firsts)}]"),
+            re.compile("|".join(live)) if live else None,
+            "".join(sorted(line_firsts)),
+            "".join(sorted(message_firsts)),
+        )
 
 
 _OPENERS: Mapping[str, _Openers] = MappingProxyType({mode: _Openers.of(mode) for mode in MODES})
@@ -122,6 +151,7 @@ class TextToolCallParser:
         self._counts = counts
         self._off = mode == "off"
         openers = _OPENERS[mode]
+        self._openers = openers
         self._openers_at = openers.at
         self._candidate = openers.candidate
         self._buf = ""
@@ -146,7 +176,9 @@ class TextToolCallParser:
         call, or it is whitespace that may be dropped). The hot path of every answer delta."""
         if self._off:
             return text != ""
-        if self._buf or not text or (self._candidate is not None and self._candidate.search(text)):
+        if self._buf or not text:
+            return False
+        if self._candidate is not None and self._candidate.search(text) and self._live(text):
             return False
         if self._drop_ws and not text.strip():
             return False
@@ -158,6 +190,17 @@ class TextToolCallParser:
         self._base += len(text)
         self._ctx = None
         return True
+
+    def _live(self, text: str) -> bool:
+        """Whether a candidate character in `text` may open a call where it stands (what
+        `_drain` would have to try); False when every one is inert there."""
+        openers = self._openers
+        if openers.live is not None and openers.live.search(text):
+            return True
+        if self._line_blank and text.lstrip(" \t")[:1] in openers.line_firsts:
+            return bool(openers.line_firsts)
+        first = text.lstrip()[:1]
+        return self._message_start and bool(openers.message_firsts) and first in openers.message_firsts
 
     def finish(self) -> list[Piece]:
         """The content has ended: decides everything still held."""
