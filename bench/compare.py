@@ -329,7 +329,7 @@ class _Opened:
         self.open_now = 0
         self.max_open = 0
 
-    async def stream(self, session: Any, url: str, body: bytes) -> StreamResult:
+    async def stream(self, session: Any, url: str, body: bytes, kind: str = GATEWAY) -> StreamResult:
         await self.opening.acquire()
         waiting = True
 
@@ -344,7 +344,7 @@ class _Opened:
             self.open_now -= 1
 
         try:
-            return await stream_once(session, url, body, GATEWAY, on_open=on_open, on_close=on_close)
+            return await stream_once(session, url, body, kind, on_open=on_open, on_close=on_close)
         finally:
             if waiting:
                 self.opening.release()

@@ -50,6 +50,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from client import RESPONSES, StreamResult, new_session, pct, stream_once  # noqa: E402
+from compare import OPENING, _gateway_argv, _Opened  # noqa: E402
 from procs import (  # noqa: E402
     CPUS,
     ROOT,
@@ -72,7 +73,6 @@ CONCURRENCY = 128
 SATURATED = Scenario("text", 100, 4, 0)
 PACED = Scenario("text", 100, 4, 10)
 SLOW = Scenario("text", 100, 4, 50, 2000)
-OPENING = 100  # at most this many of the memory run's streams waiting for their first byte
 _MODEL = b"__bench_model__"
 
 
@@ -165,24 +165,21 @@ def _wait_port(proc: Proc, port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{proc.name} did not listen on {port} within {timeout}s")
 
 
-def _codexgate(env: dict[str, str]) -> list[str]:
-    script = Path(sys.executable).parent / "codexgate"
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "codexgate.cli"]
-    return head + ["serve", "--host", "127.0.0.1", "--port", "{port}", "--upstream", "{upstream}",
-                   "--no-discover", "--log-level", "warning"]  # fmt: skip
+def _codexgate() -> list[str]:
+    return [*_gateway_argv(), "--port", "{port}", "--upstream", "{upstream}"]
 
 
 def relays(args: argparse.Namespace) -> list[Relay]:
     env = {**clean_env(), "CODEXGATE_STORE": "none"}
     bare = [sys.executable, str(BENCH / "bare_relay.py"), "--host", "127.0.0.1", "--port", "{port}",
             "--upstream", "{upstream}"]  # fmt: skip
-    out = [Relay("bare", bare, env, "/healthz"), Relay("head", _codexgate(env), env, "/healthz")]
+    out = [Relay("bare", bare, env, "/healthz"), Relay("head", _codexgate(), env, "/healthz")]
     if args.base_src:
         base_env = {
             **env,
             "PYTHONPATH": os.pathsep.join(p for p in (args.base_src, env.get("PYTHONPATH")) if p),
         }
-        out.append(Relay("base", _codexgate(base_env), base_env, "/healthz"))
+        out.append(Relay("base", _codexgate(), base_env, "/healthz"))
     for spec in args.peer:
         name, _, command = spec.partition("=")
         out.append(Relay(name, ["/bin/sh", "-c", command], dict(os.environ), None))
@@ -243,40 +240,17 @@ async def _memory(session: Any, relay: Relay, sessions: Sessions) -> dict[str, A
     await asyncio.sleep(1.0)
     before = mem_status(pid).get("VmRSS", 0)
     reset_hwm(pid)
-    opening = asyncio.Semaphore(OPENING)
-    open_now = max_open = 0
-
-    async def one(i: int) -> StreamResult:
-        nonlocal open_now, max_open
-        await opening.acquire()
-        waiting = True
-
-        def on_open() -> None:
-            nonlocal open_now, max_open, waiting
-            open_now += 1
-            max_open = max(max_open, open_now)
-            waiting = False
-            opening.release()
-
-        def on_close() -> None:
-            nonlocal open_now
-            open_now -= 1
-
-        try:
-            body = sessions.next_body(i, SLOW)
-            return await stream_once(session, relay.url, body, RESPONSES, on_open=on_open, on_close=on_close)
-        finally:
-            if waiting:
-                opening.release()
-
-    results = await asyncio.gather(*(one(i) for i in range(SESSIONS)))
+    opened = _Opened(OPENING)
+    results = await asyncio.gather(
+        *(opened.stream(session, relay.url, sessions.next_body(i, SLOW), RESPONSES) for i in range(SESSIONS))
+    )
     status = mem_status(pid)
     return {
         "rss_before": before,
         "peak": status.get("VmHWM", 0),
         "ok": sum(r.ok for r in results),
         "failed": sum(not r.ok for r in results),
-        "max_open": max_open,
+        "max_open": opened.max_open,
         "error": next((r.error for r in results if not r.ok), ""),
     }
 

@@ -52,10 +52,8 @@ class Memo(Generic[V]):
             self._weight -= old[1]
 
     def put(self, key: Hashable, value: V, weight: int) -> None:
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._weight -= old[1]
-        if weight > self.max_weight or weight < self.min_weight or self.max_entries <= 0:
+        self.drop(key)
+        if not self.admits(weight) or self.max_entries <= 0:
             return
         self._entries[key] = (value, weight)
         self._weight += weight

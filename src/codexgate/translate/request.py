@@ -61,9 +61,9 @@ class ChatRequest:
         request's encodings are kept in its checkpoint for the next one."""
         body = self.body
         messages: list[Message] = body["messages"]
+        head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+        opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
         if self.checkpoint is None:  # nothing to keep: the messages in one go (the same bytes)
-            head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
-            opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
             return opening + orjson.dumps(messages) + b"}"
         history = self.checkpoint.history
         known = history.encoded
@@ -79,13 +79,11 @@ class ChatRequest:
                     # (4 KB or more even for a short message), and these stay for the
                     # conversation's next turn.
                     known[ids[i]] = bytes(memoryview(part))
-        head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
-        opening = head[:-1] + (b',"messages":[' if len(head) > 2 else b'"messages":[')
         # One join, so a long history is copied once; commas are the separator
         framed = cast(list[bytes], parts)  # no None is left
         if not framed:
-            return opening + b"]}"
-        framed[0] = opening + framed[0]
+            return opening + b"[]}"
+        framed[0] = b"".join((opening, b"[", framed[0]))
         framed[-1] = framed[-1] + b"]}"
         return b",".join(framed)
 
