@@ -1,6 +1,7 @@
 """Relays as users load them: many distinct Codex sessions, 128 streams at once, one core each.
 
-    uv run python bench/under_load.py [--quick] [--base-src DIR] [--peer NAME=COMMAND] [--profile]
+    uv run python bench/under_load.py [--quick] [--base-src DIR] [--peer NAME=COMMAND] [--profile [RUN]]
+        [--only NAMES] [--runs saturated,paced,memory]
 
 Each relay runs alone on one core in its own long-lived process (the fake upstream and this
 load generator share the other core) and meets, in this order:
@@ -27,8 +28,9 @@ so that the process measured is the relay, not a shell). codexgate runs with `st
 Codex sends `store: false`, so the store would only be opened. Each relay's figures are also
 printed as a ratio to the bare relay's.
 
-`--profile` also records the head relay with py-spy during a separate saturated run and
-prints the top functions (inclusive and self).
+`--profile` also records the head relay with py-spy during a separate saturated run (or paced:
+`--profile paced`) and prints the top functions (inclusive and self). `--only` and `--runs`
+narrow a run to some relays and some of the three runs.
 """
 
 from __future__ import annotations
@@ -200,10 +202,11 @@ def _pin(relay: Relay, upstream: Proc) -> None:
 
 
 async def _throughput(
-    session: Any, relay: Relay, sessions: Sessions, sc: Scenario, seconds: float
+    session: Any, relay: Relay, sessions: Sessions, sc: Scenario, seconds: float, upstream: Proc
 ) -> dict[str, Any]:
     """CONCURRENCY workers running streams back to back, each request the next turn of the
-    next session in turn, until `seconds` passed."""
+    next session in turn, until `seconds` passed. The load generator's core (this process and
+    the fake upstream) is measured too: when it is busy, every relay's first token waits on it."""
     assert relay.proc is not None
     results: list[StreamResult] = []
     order = iter(range(10**9))
@@ -214,9 +217,13 @@ async def _throughput(
             body = sessions.next_body(next(order) % SESSIONS, sc)
             results.append(await stream_once(session, relay.url, body, RESPONSES))
 
-    cpu0, t0 = cpu_seconds(relay.proc.pid), time.perf_counter()
+    def loader() -> float:
+        return cpu_seconds(os.getpid()) + cpu_seconds(upstream.pid)
+
+    cpu0, load0, t0 = cpu_seconds(relay.proc.pid), loader(), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     wall, cpu = time.perf_counter() - t0, cpu_seconds(relay.proc.pid) - cpu0
+    load = loader() - load0
     ok = [r for r in results if r.ok]
     events = sum(r.events for r in results)
     first = [r.first_delta * 1e3 for r in ok]
@@ -228,6 +235,7 @@ async def _throughput(
         "us_per_event": cpu / events * 1e6 if events else float("nan"),
         "events_per_stream": events / max(1, len(results)),
         "cores": cpu / wall,
+        "load_cores": load / wall,
         "first_p50": pct(first, 0.5),
         "first_p90": pct(first, 0.9),
         "first_p99": pct(first, 0.99),
@@ -255,8 +263,13 @@ async def _memory(session: Any, relay: Relay, sessions: Sessions) -> dict[str, A
     }
 
 
-async def _profile(session: Any, relay: Relay, sessions: Sessions, procs: Processes, seconds: float) -> str:
-    """py-spy's top functions for `relay` under a saturated run (not one of the measured runs)."""
+async def _profile(
+    session: Any, relay: Relay, sessions: Sessions, procs: Processes, upstream: Proc, args: argparse.Namespace
+) -> str:
+    """py-spy's top functions for `relay` under a saturated or paced run (not one of the
+    measured runs)."""
+    run, seconds = args.profile, args.seconds
+    scenario = SATURATED if run == "saturated" else PACED
     assert relay.proc is not None
     out_file = Path(f"/tmp/under-load-pyspy-{os.getpid()}.txt")
     argv = ["uv", "run", "--no-sync", "--with", "py-spy", "py-spy", "record", "--pid", str(relay.proc.pid),
@@ -264,7 +277,7 @@ async def _profile(session: Any, relay: Relay, sessions: Sessions, procs: Proces
             "-o", str(out_file)]  # fmt: skip
     spy = procs.start("py-spy", argv, env=dict(os.environ))
     try:
-        await _throughput(session, relay, sessions, SATURATED, seconds + 4)
+        await _throughput(session, relay, sessions, scenario, seconds + 4, upstream)
     finally:
         deadline = time.monotonic() + 30
         while spy.alive() and time.monotonic() < deadline:
@@ -276,7 +289,7 @@ async def _profile(session: Any, relay: Relay, sessions: Sessions, procs: Proces
     out_file.unlink(missing_ok=True)
     if "top_self" not in got:
         return f"profile: no samples ({got.get('error', '')})"
-    lines = [f"py-spy, {relay.name}, saturated at c={CONCURRENCY} ({got['samples']} samples):"]
+    lines = [f"py-spy, {relay.name}, {run} at c={CONCURRENCY} ({got['samples']} samples):"]
     for title, key in (("time by area", "areas"), ("self", "top_self"), ("codexgate inclusive",
                        "codexgate_inclusive"), ("codexgate self", "codexgate_self")):  # fmt: skip
         lines.append(f"  {title}:")
@@ -328,12 +341,14 @@ async def _one_relay(
         if not got.ok:
             raise RuntimeError(f"warm-up stream failed: {got.error}")
     for run, scenario in (("saturated", SATURATED), ("paced", PACED)):
-        print(f"{relay.name}: {run} ...", flush=True)
-        relay.out[run] = await _throughput(session, relay, sessions, scenario, args.seconds)
-    print(f"{relay.name}: memory ...", flush=True)
-    relay.out["memory"] = await _memory(session, relay, sessions)
+        if run in args.runs:
+            print(f"{relay.name}: {run} ...", flush=True)
+            relay.out[run] = await _throughput(session, relay, sessions, scenario, args.seconds, upstream)
+    if "memory" in args.runs:
+        print(f"{relay.name}: memory ...", flush=True)
+        relay.out["memory"] = await _memory(session, relay, sessions)
     if args.profile and relay.name == "head":
-        return await _profile(session, relay, sessions, procs, args.seconds)
+        return await _profile(session, relay, sessions, procs, upstream, args)
     return ""
 
 
@@ -374,6 +389,7 @@ def report(targets: list[Relay], size: int, args: argparse.Namespace) -> list[st
         row("  CPU per event (us)", lambda o, r=run: o[r]["us_per_event"], 2)
         row("  events per stream", lambda o, r=run: o[r]["events_per_stream"])
         row("  relay cores used", lambda o, r=run: o[r]["cores"], 2)
+        row("  load generator's core used", lambda o, r=run: o[r]["load_cores"], 2)
         row("  failed streams", lambda o, r=run: o[r]["failed"], 0)
     lines.append(f"memory, {SESSIONS} slow streams of distinct sessions in the same process:")
     row("  RSS before (MB)", lambda o: o["memory"]["rss_before"] / MB)
@@ -394,9 +410,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 s per run instead of 20")
     parser.add_argument("--base-src", help="also measure codexgate imported from this src/ folder")
     parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND, see the module docs")
-    parser.add_argument("--profile", action="store_true", help="py-spy the head relay (via uv)")
+    parser.add_argument(
+        "--profile", nargs="?", const="saturated", choices=("saturated", "paced"),
+        help="py-spy the head relay (via uv) in a separate run of this kind (default: saturated)",
+    )  # fmt: skip
     parser.add_argument("--only", help="comma-separated relay names to run (default: all)")
+    parser.add_argument(
+        "--runs", default="saturated,paced,memory", help="comma-separated runs to make (default: all three)"
+    )
     args = parser.parse_args()
+    args.runs = set(args.runs.split(","))
     args.seconds = 8.0 if args.quick else 20.0
     if args.base_src:
         args.base_src = str(Path(args.base_src).resolve())

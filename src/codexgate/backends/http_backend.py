@@ -18,6 +18,7 @@ from codexgate.backends.log import OnceLog, clip, log
 from codexgate.backends.model_list import ModelList, list_models
 from codexgate.backends.server_info import fetch_json, model_entries
 from codexgate.backends.transport import Transport
+from codexgate.backends.turns import turns
 from codexgate.errors import UpstreamError, UpstreamStreamCut
 from codexgate.translate.turn import Turn
 from codexgate.wire.responses_events import Event
@@ -104,10 +105,18 @@ class HttpCall:
     async def _read(self) -> AsyncIterator[None]:
         """Feed the turn from the answer, yielding after each read; drain after the end."""
         reader = self.reader
+        turn = reader.turn
         http = self._http
         answer = http.payloads()
+        steady = turns()
         try:
             async for payloads in answer:
+                # Once the model's first output went out, the stream takes turns with the other
+                # started ones, so that new streams' first tokens do not wait behind them.
+                if turn.output_chars:
+                    wait = steady.wait()
+                    if wait is not None:
+                        await wait
                 if isinstance(payloads, WholeBody):
                     self._whole_body(payloads.body)
                 else:

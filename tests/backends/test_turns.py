@@ -1,0 +1,89 @@
+"""Steady streams take turns: a new stream's steps do not wait behind all of their work."""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter
+
+from codexgate.backends import turns as turns_module
+from codexgate.backends.turns import Turns
+
+_UNIT = 0.0005  # seconds of work a steady stream does per read
+
+
+def _work(seconds: float) -> None:
+    end = perf_counter() + seconds
+    while perf_counter() < end:
+        pass
+
+
+async def _steady(turns: Turns | None, units: list[int], me: int, stop: asyncio.Event) -> None:
+    """A started stream: a read's worth of work, then the next read (one loop pass later)."""
+    while not stop.is_set():
+        if turns is not None:
+            turn = turns.wait()
+            if turn is not None:
+                await turn
+        _work(_UNIT)
+        units.append(me)
+        await asyncio.sleep(0)
+
+
+async def _units_before_a_new_stream(turns: Turns | None) -> int:
+    """How many steady reads run between a new stream's step being scheduled and running."""
+    units: list[int] = []
+    stop = asyncio.Event()
+    streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(100)]
+    await asyncio.sleep(0.05)  # well into the steady state
+    ran = asyncio.Event()
+    mark = len(units)
+    asyncio.get_running_loop().call_soon(ran.set)  # stands for a new request's next step
+    await ran.wait()
+    waited = len(units) - mark
+    stop.set()
+    await asyncio.gather(*streams)
+    return waited
+
+
+async def test_a_new_streams_step_runs_within_about_a_slice_of_steady_work() -> None:
+    without = await _units_before_a_new_stream(None)
+    with_turns = await _units_before_a_new_stream(Turns(asyncio.get_running_loop()))
+    # Without turns the step waits for every stream's read of the pass (100 x 0.5 ms); with
+    # them for about one slice (2 ms, 4 reads), whatever the batch size has grown to.
+    assert without >= 90
+    assert with_turns <= 40
+
+
+async def test_every_steady_stream_gets_its_turns_in_order() -> None:
+    turns = Turns(asyncio.get_running_loop())
+    units: list[int] = []
+    stop = asyncio.Event()
+    streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(50)]
+    await asyncio.sleep(0.3)
+    stop.set()
+    await asyncio.gather(*streams)
+    counts = [units.count(i) for i in range(50)]
+    assert min(counts) >= 5  # nobody starves
+    assert max(counts) - min(counts) <= 3  # and nobody gets ahead: oldest first
+
+
+async def test_a_cancelled_waiter_gives_its_place_to_the_next() -> None:
+    turns = Turns(asyncio.get_running_loop())
+    assert turns.wait() is None  # opens a slice
+    _work(0.003)  # past the slice: the next ones queue
+    first, second = turns.wait(), turns.wait()
+    assert first is not None and second is not None
+    first.cancel()
+    await asyncio.wait_for(second, 1.0)  # woken by the next pass's tick
+
+
+def test_each_loop_has_its_own_turns_and_closed_loops_are_forgotten() -> None:
+    first, again, first_loop = asyncio.run(_turns_twice())
+    second, _, _ = asyncio.run(_turns_twice())
+    assert first is again
+    assert second is not first
+    assert first_loop not in turns_module._by_loop
+
+
+async def _turns_twice() -> tuple[Turns, Turns, asyncio.AbstractEventLoop]:
+    return turns_module.turns(), turns_module.turns(), asyncio.get_running_loop()
