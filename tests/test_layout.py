@@ -46,3 +46,18 @@ def test_a_layer_imports_nothing_above_it(package: str) -> None:
 
 def test_routing_knows_no_concrete_backend() -> None:
     assert not {name for name in imports_of(SRC / "routing.py") if name.startswith("backends")}
+
+
+def test_serving_loads_no_library_that_only_some_requests_need() -> None:
+    """lark with regex (grammar checks), jsonschema (argument checks) and rich (the llama.cpp
+    build's bar) are imported on first use: some 11 MB a gateway otherwise holds from its start
+    (bench/under_load.py: memory)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, codexgate.cli, codexgate.app, codexgate.server.serve\n"
+        "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == ""

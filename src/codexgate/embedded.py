@@ -17,7 +17,6 @@ from codexgate.backends.llama_build import llama_root
 from codexgate.backends.llama_process import LlamaOptions, LlamaSupervisor
 from codexgate.backends.log import OnceLog
 from codexgate.backends.transport import Transport
-from codexgate.build_bar import build_bar_for_terminal
 from codexgate.codex_setup import ModelSpec
 from codexgate.config import Settings, UpstreamConfig
 from codexgate.memo import Memo
@@ -100,6 +99,8 @@ def build_embedded(
         max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
         max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
     )
+    from codexgate.build_bar import build_bar_for_terminal  # rich: only when there is a build to show
+
     bar = build_bar_for_terminal()
     supervisor = LlamaSupervisor(options, transport, bar.update if bar is not None else None)
     return EmbeddedBackend(template, transport, supervisor, once, history=history)

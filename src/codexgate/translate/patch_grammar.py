@@ -41,19 +41,15 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import lark
 import orjson
-from lark.exceptions import (
-    GrammarError,
-    LarkError,
-    LexError,
-    UnexpectedCharacters,
-    UnexpectedEOF,
-    UnexpectedInput,
-    UnexpectedToken,
-)
+
+# lark (and the `regex` module it loads) is imported when a grammar is first compiled: ~8 MB
+# that a gateway whose models never call a grammar tool does not hold.
+if TYPE_CHECKING:
+    import lark
+    from lark.exceptions import UnexpectedInput
 
 __all__ = [
     "EARLEY_MAX_CHARS",
@@ -147,6 +143,8 @@ class _Grammar:
 
     def error(self, text: str) -> str | None:
         """None when `text` parses, else a short description of the first error."""
+        from lark.exceptions import LarkError, UnexpectedInput
+
         try:
             self.parser.parse(text)
         except UnexpectedInput as exc:
@@ -158,6 +156,9 @@ class _Grammar:
 
 @functools.lru_cache(maxsize=_GRAMMAR_CACHE_SIZE)
 def _compile(definition: str) -> _Grammar | _Unchecked:
+    import lark
+    from lark.exceptions import GrammarError, LexError
+
     source = _nonempty_regexps(definition)
     # The grammar is the client's text: any failure to build it means "cannot check".
     try:
@@ -221,6 +222,8 @@ def _nonempty_regexps(definition: str) -> str:
 
 
 def _describe(exc: UnexpectedInput) -> str:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     where = f"line {exc.line}, column {exc.column}"
     if isinstance(exc, UnexpectedCharacters):
         return f"unexpected {exc.char!r} at {where}"

@@ -29,11 +29,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# jsonschema ships no type information; its stubs (types-jsonschema) are not a dependency.
-from jsonschema import validators  # type: ignore[import-untyped, unused-ignore]
-from jsonschema.exceptions import SchemaError, best_match  # type: ignore[import-untyped, unused-ignore]
-from referencing.exceptions import Unresolvable
-
 __all__ = ["ArgumentsResult", "Outcome", "load_json_lenient", "repair_arguments"]
 
 Outcome = Literal["valid", "repaired", "unparseable", "schema_mismatch"]
@@ -253,6 +248,12 @@ def load_json_lenient(text: str) -> tuple[Any, tuple[str, ...]]:
 
 def _compile(schema: dict[str, Any]) -> Any:
     """A validator for `schema` in the draft it names, or None when the schema is not valid."""
+    # jsonschema (with referencing and rpds) is imported when a first call is checked: memory
+    # a gateway holds only once its models call tools. It ships no type information; its
+    # stubs (types-jsonschema) are not a dependency.
+    from jsonschema import validators  # type: ignore[import-untyped, unused-ignore]
+    from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped, unused-ignore]
+
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -278,6 +279,9 @@ def _schema_problem(value: dict[str, Any], schema: dict[str, Any] | None) -> str
         validator = _compile(schema)
     if validator is None:
         return None  # the client's own schema is broken: nothing to hold the model to
+    from jsonschema.exceptions import best_match  # type: ignore[import-untyped, unused-ignore]
+    from referencing.exceptions import Unresolvable
+
     try:
         error = best_match(validator.iter_errors(value))
     except Unresolvable:
