@@ -7,6 +7,7 @@ pointed at it.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -149,6 +150,9 @@ class _Response:
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
+
+    async def rest(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     async def aclose(self) -> None:
         pass

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
+import orjson
 import pytest
 
 from codexgate.backends.transport import AiohttpTransport, _nodelay_socket
@@ -55,3 +57,32 @@ async def test_refused_connection_is_a_connect_error() -> None:
     with pytest.raises(UpstreamConnectError):
         await transport.open("GET", f"http://127.0.0.1:{port}/v1/models", {}, None, 2)
     await transport.aclose()
+
+
+async def test_a_resting_response_reads_nothing_from_its_socket_meanwhile() -> None:
+    """`rest()` pauses the socket (the upstream's events wait in the kernel, then come in one
+    read): while it rests the connection is not read, after it the body goes on whole."""
+    transport = AiohttpTransport()
+    text = "one two three four five six seven eight nine ten"
+    try:
+        async with arun_asgi_server(FakeUpstream([text_reply(text, delay_between_chunks=0.005)])) as url:
+            response = await transport.open(
+                "POST", url + "/v1/chat/completions", {}, b'{"model":"m","messages":[],"stream":true}', 5
+            )
+            chunks = aiter(response.iter_chunks())
+            first = await anext(chunks)
+            connection = response._resp.connection  # type: ignore[attr-defined]
+            assert connection is not None and connection.transport.is_reading()
+            resting = asyncio.create_task(response.rest(0.1))
+            await asyncio.sleep(0.03)
+            assert not connection.transport.is_reading()
+            await resting
+            assert connection.transport.is_reading()
+            rest = b"".join([chunk async for chunk in chunks])
+            await response.aclose()
+    finally:
+        await transport.aclose()
+    body = first + rest
+    assert body.endswith(b"data: [DONE]\n\n")
+    pieces = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: {")]
+    assert "".join(p["choices"][0]["delta"].get("content") or "" for p in pieces if p["choices"]) == text

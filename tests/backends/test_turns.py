@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
+import pytest
+
 from codexgate.backends import turns as turns_module
 from codexgate.backends.turns import Turns
 
@@ -87,3 +89,37 @@ def test_each_loop_has_its_own_turns_and_closed_loops_are_forgotten() -> None:
 
 async def _turns_twice() -> tuple[Turns, Turns, asyncio.AbstractEventLoop]:
     return turns_module.turns(), turns_module.turns(), asyncio.get_running_loop()
+
+
+async def test_crowded_started_streams_rest_between_reads_and_lose_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from codexgate.backends.http_stream import HttpStream
+    from tests.server.test_app import gateway, stream_events
+    from tests.support.fake_upstream import text_reply
+
+    rests: list[float] = []
+    real_rest = HttpStream.rest
+
+    async def counted_rest(self: HttpStream, seconds: float) -> None:
+        rests.append(seconds)
+        await real_rest(self, seconds)
+
+    monkeypatch.setattr(HttpStream, "rest", counted_rest)
+    text = "a steady answer in many small deltas " * 4
+
+    async def answers() -> list[str]:
+        async with gateway([text_reply(text, delay_between_chunks=0.001) for _ in range(3)]) as (
+            client,
+            _,
+            _,
+        ):
+            runs = [stream_events(client, {"model": "m", "input": "hi"}) for _ in range(3)]
+            done = await asyncio.gather(*runs)
+        return [events[-1]["response"]["output"][0]["content"][0]["text"] for events in done]
+
+    assert await answers() == [text] * 3
+    assert rests == []  # three streams: nobody rests
+    monkeypatch.setattr(turns_module, "REST_ABOVE", 1)
+    assert await answers() == [text] * 3
+    assert rests and set(rests) == {turns_module.REST}

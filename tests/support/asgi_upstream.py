@@ -57,6 +57,9 @@ class ASGIUpstreamResponse:
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
 
+    async def rest(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     async def aclose(self) -> None:
         await self._exchange.aclose()
 

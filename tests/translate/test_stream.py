@@ -4,6 +4,7 @@ bytes were split, and says what the upstream said."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -728,6 +729,9 @@ class _Response:
 
     async def read(self) -> bytes:
         return self._data
+
+    async def rest(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     async def aclose(self) -> None:
         return None

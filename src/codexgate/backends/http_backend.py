@@ -18,7 +18,7 @@ from codexgate.backends.log import OnceLog, clip, log
 from codexgate.backends.model_list import ModelList, list_models
 from codexgate.backends.server_info import fetch_json, model_entries
 from codexgate.backends.transport import Transport
-from codexgate.backends.turns import turns
+from codexgate.backends.turns import REST, turns
 from codexgate.errors import UpstreamError, UpstreamStreamCut
 from codexgate.translate.turn import Turn
 from codexgate.wire.responses_events import Event
@@ -109,11 +109,12 @@ class HttpCall:
         http = self._http
         answer = http.payloads()
         steady = turns()
+        started = False  # the model's first output went out
         try:
             async for payloads in answer:
-                # Once the model's first output went out, the stream takes turns with the other
-                # started ones, so that new streams' first tokens do not wait behind them.
-                if turn.output_chars:
+                # A started stream takes turns with the others, so that new streams' first
+                # tokens do not wait behind their deltas (backends/turns.py).
+                if started:
                     wait = steady.wait()
                     if wait is not None:
                         await wait
@@ -125,6 +126,11 @@ class HttpCall:
                 if reader.done:
                     await http.drain()
                     return
+                if not started and turn.output_chars:
+                    started = True
+                    steady.started()
+                if started and steady.crowded:
+                    await http.rest(REST)  # what comes meanwhile is read, and sent, in one go
             reader.finish()  # the end of the body: finished, or cut
             yield None
         except UpstreamError as exc:  # after the first byte: counted as open() counts those before
@@ -132,6 +138,8 @@ class HttpCall:
                 self._counts[f"upstream.error.{exc.code}"] += 1
             raise
         finally:
+            if started:
+                steady.ended()
             await answer.aclose()
 
     def _feed(self, payloads: list[bytes]) -> None:

@@ -348,6 +348,12 @@ class HttpStream:
         watchdog.arrived()
         return data
 
+    async def rest(self, seconds: float) -> None:
+        """Read nothing for `seconds` (the upstream's events wait in the socket meanwhile). Not
+        idleness: the idle timeout counts only waits for bytes."""
+        assert self._response is not None, "open() first"
+        await self._response.rest(seconds)
+
     async def drain(self) -> None:
         """Read what follows the terminal event ([DONE]) so the connection can be reused."""
         chunks = self._chunks

@@ -118,6 +118,9 @@ class _TappedResponse:
         self._captured.end = "eof"
         return data
 
+    async def rest(self, seconds: float) -> None:
+        await self._inner.rest(seconds)
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 

@@ -6,6 +6,7 @@ tests plug in a transport that drives an ASGI app in-process (tests/support/asgi
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -27,6 +28,11 @@ class UpstreamResponse(Protocol):
 
     async def read(self) -> bytes:
         """The whole body."""
+        ...
+
+    async def rest(self, seconds: float) -> None:
+        """Read nothing from the connection for `seconds`: what the upstream sends meanwhile
+        waits in the socket and comes in one read (one wake-up instead of one per event)."""
         ...
 
     async def aclose(self) -> None:
@@ -112,6 +118,20 @@ class _AiohttpResponse:
             return await self._resp.read()
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(f"upstream connection broke: {exc!r}") from exc
+
+    async def rest(self, seconds: float) -> None:
+        connection = self._resp.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is None or protocol.transport is None:  # the body is already in
+            await asyncio.sleep(seconds)
+            return
+        # The protocol's own pause, so that aiohttp's flow control knows the socket is paused.
+        protocol.pause_reading()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if protocol.transport is not None:
+                protocol.resume_reading()
 
     async def aclose(self) -> None:
         # close() (not release()) so an unfinished upstream generation is cancelled.
