@@ -35,3 +35,16 @@ async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
 def test_the_real_malloc_trim_is_found_on_glibc() -> None:
     trim = memory._malloc_trim()
     assert trim is not None and trim(0) in (0, 1)
+
+
+def test_startup_gives_back_what_loading_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve.run's garbage-collector tuning ends with a trim: building the settings'
+    validators leaves some 5 MB of freed pages behind."""
+    from codexgate.server import serve
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(serve.gc, "freeze", lambda: None)  # not this test process's objects
+    monkeypatch.setattr(serve.gc, "set_threshold", lambda *threshold: None)
+    serve.tune_garbage_collector()
+    assert trims == [0]

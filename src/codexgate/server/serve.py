@@ -28,7 +28,7 @@ from codexgate.server.app import GatewayApp
 from codexgate.server.auth import ENV_KEYS
 from codexgate.server.limits import ConnectionLimits, limited_protocol
 from codexgate.server.logs import uvicorn_log_config
-from codexgate.server.memory import give_back_memory
+from codexgate.server.memory import give_back_memory, give_back_now
 
 log = logging.getLogger("codexgate")
 
@@ -234,12 +234,13 @@ _GC_THRESHOLD = 20_000
 
 def tune_garbage_collector() -> None:
     """For a long-running server: what was loaded at startup (modules, settings, the app) is
-    never garbage, so it is moved out of the collector's sight (`gc.freeze`); and the
-    collector runs less often (_GC_THRESHOLD)."""
+    never garbage, so it is moved out of the collector's sight (`gc.freeze`); the collector
+    runs less often (_GC_THRESHOLD); and the memory startup used and freed is returned."""
     gc.collect()
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(_GC_THRESHOLD, gen1, gen2)
+    give_back_now()  # what the collection and loading freed, back to the system
 
 
 def run(settings: Settings, app: GatewayApp, *, sockets: list[socket.socket] | None = None) -> int | None:
