@@ -123,3 +123,23 @@ async def test_crowded_started_streams_rest_between_reads_and_lose_nothing(
     monkeypatch.setattr(turns_module, "REST_ABOVE", 1)
     assert await answers() == [text] * 3
     assert rests and set(rests) == {turns_module.REST}
+
+
+async def test_a_flood_of_new_work_slows_started_streams_but_does_not_stall_them() -> None:
+    """Passes made long by new streams' work shrink the batch to its floor: a thirty-second of
+    the queue, so every queued stream still gets a turn within 32 passes."""
+    turns = Turns(asyncio.get_running_loop())
+    units: list[int] = []
+    stop = asyncio.Event()
+
+    async def flood() -> None:  # new streams' steps: 5 ms of work in every pass
+        while not stop.is_set():
+            _work(0.005)
+            await asyncio.sleep(0)
+
+    flooding = asyncio.create_task(flood())
+    streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(128)]
+    await asyncio.sleep(1.0)  # ~150 passes of 6 ms or more: one turn each per pass would be ~1
+    stop.set()
+    await asyncio.gather(flooding, *streams)
+    assert min(units.count(i) for i in range(128)) >= 3

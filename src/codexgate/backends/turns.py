@@ -8,10 +8,12 @@ the others' deltas. Measured at 128 concurrent streams on one core: passes of 20
 140 ms at p99, and 160 ms from a request to its upstream's headers, most of it waiting.
 
 So a stream whose model already produced output asks for a turn before it works on the next
-read (backends/http_backend.py): within the first `SLICE` seconds of steady work in a pass it goes on at once;
-past that it queues, and each following pass lets through as many queued streams as fit in
-one slice (measured from how long the last pass took). Streams still starting never queue. The
-CPU stays busy (queued work runs in the next pass, right after the new streams' steps), so the
+read (backends/http_backend.py): within the first `SLICE` seconds of steady work in a pass it
+goes on at once; past that it queues, and each following pass lets through as many queued
+streams as fit in one slice (measured from how long the last pass took), and never fewer than
+a thirty-second of the queue: a flood of new requests slows the started streams down but cannot
+stall them (each gets a turn within 32 passes). Streams still starting never queue. The CPU
+stays busy (queued work runs in the next pass, right after the new streams' steps), so the
 throughput is the same; only the order changes, oldest first among the steady ones.
 
 When more than REST_ABOVE streams are started at once, each also rests REST seconds between
@@ -94,7 +96,7 @@ class Turns:
         # took is the whole pass (new streams' work included); aim the steady part at SLICE.
         scale = SLICE / took if took > 0 else 2.0
         self._batch = min(_MAX_BATCH, max(1.0, self._batch * min(2.0, max(0.5, scale))))
-        let_through = int(self._batch)
+        let_through = max(int(self._batch), (len(queue) + 31) // 32)
         while queue and let_through:
             waiter = queue.popleft()
             if not waiter.done():  # its task was cancelled while it waited
