@@ -260,16 +260,22 @@ def _custom_spec(tool: Mapping[str, Any], namespace: str | None) -> ToolSpec:
 
 def _has_non_schema_keys(schema: dict[str, Any]) -> bool:
     """Whether a NON_SCHEMA_KEYS key sits anywhere in `schema` (a walk that allocates little:
-    most tools have none, and then the schema is passed on as it is)."""
+    most tools have none, and then the schema is passed on as it is). Every tool of every
+    request passes here; schemas are decoded JSON or literals, plain dicts and lists, so exact
+    type checks serve (half the time of isinstance and generator expressions)."""
     stack: list[Any] = [schema]
     while stack:
         node = stack.pop()
-        if isinstance(node, dict):
+        if type(node) is dict:
             if not NON_SCHEMA_KEYS.isdisjoint(node):
                 return True
-            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+            children: Any = node.values()
         else:
-            stack.extend(v for v in node if isinstance(v, (dict, list)))
+            children = node
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
     return False
 
 

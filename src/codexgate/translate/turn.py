@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -65,8 +65,9 @@ _SPLIT_BATCHES_ABOVE = 1024 * 1024
 
 
 def new_id(prefix: str) -> str:
-    """An id for a response or item (`resp_...`, `msg_...`): random, unique."""
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """An id for a response or item (`resp_...`, `msg_...`): 128 random bits as 32 hex digits
+    (a uuid4's shape; building a UUID object for it cost five times as much)."""
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 def _wall_clock() -> int:
