@@ -16,7 +16,7 @@ USAGE = {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
 def make_builder(**options: Any) -> ResponseBuilder:
     ids = itertools.count(1)
     return ResponseBuilder(
-        Envelope("resp_1", 0, "m", {}), lambda prefix: f"{prefix}_{next(ids)}", now=lambda: 7, **options
+        Envelope("resp_1", 0, "m", b"{}"), lambda prefix: f"{prefix}_{next(ids)}", now=lambda: 7, **options
     )
 
 

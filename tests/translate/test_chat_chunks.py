@@ -57,7 +57,7 @@ def answer(script: Script, **options: Any) -> list[Event]:
     """The events a backend makes for one answer, driven through the real builder."""
     ids = itertools.count(1)
     builder = ResponseBuilder(
-        Envelope("resp_7f3a", CREATED_AT, MODEL, {}),
+        Envelope("resp_7f3a", CREATED_AT, MODEL, b"{}"),
         lambda prefix: f"{prefix}_{next(ids)}",
         now=lambda: CREATED_AT + 5,
         **options,

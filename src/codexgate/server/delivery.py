@@ -112,6 +112,10 @@ async def deliver_stream(
             terminal = last
             delivery.ended_with(last)
             break
+        # Nothing of a sent batch waits with the stream for the next one: the first batch (the
+        # response twice, with the request's echo) would otherwise be held through the model's
+        # whole prefill, encoded and decoded (~50 KB for a Codex request).
+        del batch, last, data
     if not batches:  # nothing was sent yet: still an HTTP error (the turn's run never does this)
         raise GatewayError("The stream ended without a terminal event.")
     # End the HTTP response at the terminal event; the backend may still drain the upstream.

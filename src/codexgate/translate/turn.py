@@ -356,6 +356,7 @@ class Turn:
                             yield [event]
                     elif events:
                         yield events
+                    del events  # sent: not held while the source is awaited
                     if self.done:
                         break
                 if not self.done:
