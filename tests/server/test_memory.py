@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,40 @@ def test_startup_gives_back_what_loading_freed(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(serve.gc, "set_threshold", lambda *threshold: None)
     serve.tune_garbage_collector()
     assert trims == [0]
+
+
+class _Probe:
+    """A value whose lifetime a weak reference can follow."""
+
+
+async def test_a_sent_batch_is_not_held_while_the_stream_waits_for_the_next() -> None:
+    """The first batch (the response twice, with the request's echo) used to stay referenced
+    by the delivery loop through the model's whole prefill."""
+    import weakref
+
+    from codexgate.redact import Redactor
+    from codexgate.server.access import Exchange
+    from codexgate.server.delivery import StreamEncoder, deliver_stream
+
+    class Encoder(StreamEncoder):
+        def batch(self, events: list[Any]) -> bytes:
+            return b"x" * 1000
+
+    sent: list[Any] = []
+    first_gone: list[bool] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def events() -> Any:
+        probe = _Probe()
+        seen = weakref.ref(probe)
+        yield [{"type": "response.created", "response": {"probe": probe}}]
+        del probe
+        await asyncio.sleep(0)  # the model's prefill: the first batch is out
+        first_gone.append(seen() is None)
+        yield [{"type": "response.completed", "response": {}}]
+
+    await deliver_stream(events(), Encoder(), send, Exchange(None, "responses"), Redactor([]))
+    assert first_gone == [True]
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body")
