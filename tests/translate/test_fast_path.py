@@ -26,6 +26,7 @@ from codexgate.translate.textcalls import TextPiece, TextToolCallParser
 from codexgate.translate.think import ThinkSplitter
 from codexgate.wire.responses import parse_request
 from tests.support.turns import chat_translator, counter_ids, sse_of, translate_sse
+from tests.translate.test_textcalls import merged
 
 Event = dict[str, Any]
 
@@ -317,14 +318,4 @@ def test_take_plain_then_feed_gives_what_feed_alone_gives_on_code_text(seed: int
         slow_out += slow.feed(delta)
     fast_out += fast.finish()
     slow_out += slow.finish()
-
-    def merged(pieces: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        for piece in pieces:
-            if out and isinstance(piece, TextPiece) and isinstance(out[-1], TextPiece):
-                out[-1] = TextPiece(out[-1].text + piece.text)
-            else:
-                out.append(piece)
-        return out
-
     assert merged(fast_out) == merged(slow_out)

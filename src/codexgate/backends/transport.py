@@ -122,9 +122,8 @@ class _AiohttpResponse:
     async def rest(self, seconds: float) -> None:
         connection = self._resp.connection
         protocol = connection.protocol if connection is not None else None
-        if protocol is None or protocol.transport is None:  # the body is already in
-            await asyncio.sleep(seconds)
-            return
+        if protocol is None or protocol.transport is None:
+            return  # the body is all in already: waiting would only delay it
         # The protocol's own pause, so that aiohttp's flow control knows the socket is paused.
         protocol.pause_reading()
         try:
