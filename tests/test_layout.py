@@ -48,9 +48,17 @@ def test_routing_knows_no_concrete_backend() -> None:
     assert not {name for name in imports_of(SRC / "routing.py") if name.startswith("backends")}
 
 
+def test_the_embedded_models_process_imports_nothing_of_the_gateway() -> None:
+    """backends/embedded/child.py runs as its own process: it starts in about a second because
+    it loads only the runtime."""
+    assert imports_of(SRC / "backends" / "embedded" / "child.py") == set()
+    package = ast.parse((SRC / "backends" / "embedded" / "__init__.py").read_text())
+    assert len(package.body) == 1 and isinstance(package.body[0], ast.Expr)  # its docstring alone
+
+
 def test_serving_loads_no_library_that_only_some_requests_need() -> None:
-    """lark with regex (grammar checks), jsonschema (argument checks) and rich (the llama.cpp
-    build's bar) are imported on first use: some 11 MB a gateway otherwise holds from its start
+    """lark with regex (grammar checks), jsonschema (argument checks) and rich (doctor's
+    display) are imported on first use: some 11 MB a gateway otherwise holds from its start
     (bench/under_load.py: memory)."""
     import subprocess
     import sys

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from codexgate.backends.base import Backend
 from codexgate.backends.chat import ChatBackend
 from codexgate.backends.codex import CodexBackend, CodexTarget
-from codexgate.backends.embedded import EmbeddedBackend
+from codexgate.backends.embedded.backend import EmbeddedBackend
 from codexgate.backends.http_stream import UpstreamTarget
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses import ResponsesBackend

@@ -306,8 +306,8 @@ class Settings(_Strict):
     workers: int = Field(default=1, ge=0, le=256)
     discover: bool = True  # look for a local model server when no upstream is configured
     # With none configured and none found, serve the embedded model (docs/backends.md); its
-    # builds live in llama_dir (default $XDG_CACHE_HOME/codexgate/llama); llama_server: a
-    # llama-server of one's own instead of building one.
+    # runtime, fetched on first use, lives in llama_dir (default $XDG_CACHE_HOME/codexgate/llama);
+    # llama_server: a llama-server binary of one's own instead of the prebuilt runtime.
     embedded: bool = True
     llama_dir: str | None = None
     llama_server: str | None = None

