@@ -322,8 +322,10 @@ class CodexTraffic:
     `requests` holds every Responses request in arrival order as `(transport, body)`:
     `("websocket", <response.create frame>)` or `("http", <POST body>)` (a body that is not JSON,
     e.g. compressed, is recorded as `{"unparsed": <first bytes>}`). `websocket_events` holds the
-    event frames the gateway sent back over WebSockets. Lists are appended from the server's
-    thread; read them after the server has stopped (or accept a snapshot).
+    event frames the gateway sent back over WebSockets. `headers` holds the request headers of
+    each POST and WebSocket handshake as `(transport, {name: value})`, `response_headers` those
+    the gateway answered each POST with. Lists are appended from the server's thread; read them
+    after the server has stopped (or accept a snapshot).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -332,6 +334,8 @@ class CodexTraffic:
         self.http_posts = 0
         self.requests: list[tuple[str, JSON]] = []
         self.websocket_events: list[JSON] = []
+        self.headers: list[tuple[str, dict[str, str]]] = []
+        self.response_headers: list[dict[str, str]] = []
 
     def bodies(self, transport: str | None = None) -> list[JSON]:
         return [body for kind, body in self.requests if transport in (None, kind)]
@@ -340,11 +344,21 @@ class CodexTraffic:
         responses = str(scope.get("path", "")).rstrip("/").endswith("/responses")
         if responses and scope["type"] == "websocket":
             self.websocket_connections += 1
+            self.headers.append(("websocket", _headers(scope["headers"])))
             receive, send = self._tap_frames(receive), self._tap_events(send)
         elif responses and scope["type"] == "http" and scope.get("method") == "POST":
             self.http_posts += 1
-            receive = self._tap_body(receive)
+            self.headers.append(("http", _headers(scope["headers"])))
+            receive, send = self._tap_body(receive), self._tap_start(send)
         await self.app(scope, receive, send)
+
+    def _tap_start(self, send: Send) -> Send:
+        async def tapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.response_headers.append(_headers(message.get("headers") or []))
+            await send(message)
+
+        return tapped
 
     def _tap_frames(self, receive: Receive) -> Receive:
         async def tapped() -> Message:
@@ -375,6 +389,10 @@ class CodexTraffic:
             return message
 
         return tapped
+
+
+def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw}
 
 
 def _json_or_raw(data: str | bytes | None) -> JSON:

@@ -1,6 +1,7 @@
 """The Codex agent as a model: the official `openai` SDK talks to codexgate (chat and Responses
-faces), whose upstream of kind `codex` drives the real `codex app-server` 0.169, whose own model
-provider is a second codexgate over a scripted chat upstream. The scripted model reads the
+faces), whose upstream of kind `codex` drives the real `codex app-server` (the current release;
+one turn on 0.169 too), whose own model provider is a second codexgate over a scripted chat
+upstream. The scripted model reads the
 conversation it gets and answers as a model would: it calls Codex's tools (a command, a patch),
 the client's own tool, or answers."""
 
@@ -24,7 +25,7 @@ from codexgate.app import build_app
 from codexgate.backends.codex import CodexBackend
 from codexgate.codex_setup import ModelSpec, write_codex_setup
 from codexgate.config import load_settings
-from tests.e2e.codex_cli import codex_binary, sandbox_mode
+from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, sandbox_mode
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.servers import arun_asgi_server
@@ -96,8 +97,10 @@ class Agent:
 
 
 @asynccontextmanager
-async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> AsyncIterator[Agent]:
-    """codexgate (in process) -> codex app-server -> codexgate (loopback) -> FakeUpstream."""
+async def codex_agent(
+    tmp_path: Path, script: Any = model, *, version: str = CODEX_VERSION, **upstream: Any
+) -> AsyncIterator[Agent]:
+    """codexgate (in process) -> codex app-server `version` -> codexgate (loopback) -> FakeUpstream."""
     fake = FakeUpstream(script)
     async with arun_asgi_server(fake) as fake_url:
         inner = load_settings({"upstream": fake_url + "/v1", "discover": False}, environ={})
@@ -109,7 +112,7 @@ async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> A
             (home / "config.toml").write_text(setup.config_path.read_text())  # no --profile for app-server
             sandbox = "workspace-write" if sandbox_mode() == "workspace-write" else "danger-full-access"
             config = tmp_path / "codexgate.toml"
-            table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary()), "codex_home": str(home),
+            table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary(version)), "codex_home": str(home),
                      "workdir": str(work), "sandbox": sandbox, **upstream}  # fmt: skip
             lines = ["[[upstreams]]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
             lines += ["[[models]]", 'name = "codex-agent"', 'upstream = "codex"', f'model = "{MODEL}"']
@@ -137,13 +140,16 @@ def user(text: str) -> list[Any]:
     return [{"role": "user", "content": text}]
 
 
-async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path) -> None:
-    async with codex_agent(tmp_path) as agent:
+@codex_versions
+async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path, codex_version: str) -> None:
+    async with codex_agent(tmp_path, version=codex_version) as agent:
         stream = await agent.chat.chat.completions.create(
             model="codex-agent", messages=user("make the hello file"), stream=True,
             stream_options={"include_usage": True},
         )  # fmt: skip
         chunks = [chunk async for chunk in stream]
+        user_agent = agent.backend.app_server.server_info.get("userAgent", "")
+    assert f"/{codex_version} " in user_agent  # the app-server of the version under test
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     work = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
     assert text == "Done."
