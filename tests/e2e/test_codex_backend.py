@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from codexgate.app import build_app
 from codexgate.backends.codex import CodexBackend
 from codexgate.codex_setup import ModelSpec, write_codex_setup
 from codexgate.config import load_settings
+from codexgate.translate.agent_events import AgentReader
 from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, sandbox_mode
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
@@ -79,6 +81,10 @@ def model(body: JSON) -> Any:
         if not results:
             return tool_calls_reply([("client_apply_patch", json.dumps({"diff": "x"}))])
         return text_reply(f"Client said: {results[-1]}")
+    if "look up" in prompt:  # a tool of the MCP server in Codex's config (tests/support/fake_mcp_server.py)
+        if not results:
+            return tool_calls_reply([("mcp__notes__lookup", json.dumps({"key": "color"}))])
+        return text_reply("Notes: " + results[-1].rsplit("\n", 1)[-1])
     if "slow" in prompt:
         return text_reply("word " * 400, delay_between_chunks=0.05)
     if "Write that handoff summary" in prompt:  # the gateway's compaction request (SUMMARY_PROMPT)
@@ -98,9 +104,10 @@ class Agent:
 
 @asynccontextmanager
 async def codex_agent(
-    tmp_path: Path, script: Any = model, *, version: str = CODEX_VERSION, **upstream: Any
+    tmp_path: Path, script: Any = model, *, version: str = CODEX_VERSION, config: str = "", **upstream: Any
 ) -> AsyncIterator[Agent]:
-    """codexgate (in process) -> codex app-server `version` -> codexgate (loopback) -> FakeUpstream."""
+    """codexgate (in process) -> codex app-server `version` -> codexgate (loopback) -> FakeUpstream.
+    `config` is more of Codex's config.toml."""
     fake = FakeUpstream(script)
     async with arun_asgi_server(fake) as fake_url:
         inner = load_settings({"upstream": fake_url + "/v1", "discover": False}, environ={})
@@ -109,7 +116,7 @@ async def codex_agent(
             work.mkdir()
             setup = write_codex_setup(home, inner_url, [ModelSpec(slug=MODEL, context_window=32768)],
                                       codex_home=home, base_instructions="Be brief.")  # fmt: skip
-            (home / "config.toml").write_text(setup.config_path.read_text())  # no --profile for app-server
+            (home / "config.toml").write_text(setup.config_path.read_text() + config)  # no --profile for app-server
             sandbox = "workspace-write" if sandbox_mode() == "workspace-write" else "danger-full-access"
             config = tmp_path / "codexgate.toml"
             table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary(version)), "codex_home": str(home),
@@ -310,3 +317,35 @@ async def test_a_client_tool_named_like_one_of_codexs_own_still_reaches_the_clie
     offered = [t["function"]["name"] for t in agent.fake.requests[0].body["tools"]]
     assert "apply_patch" in offered and "client_apply_patch" in offered  # Codex's own and the client's
     assert not (agent.workdir / "x").exists()
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "support" / "fake_mcp_server.py"
+MCP_CONFIG = f"""
+[mcp_servers.notes]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(MCP_SERVER))}]
+default_tools_approval_mode = "approve"
+"""
+
+
+async def test_an_mcp_tool_call_of_the_agent_is_shown_as_its_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 0.171's mcpToolCall items carry `environmentId` (null here): read through to the answer.
+    items: list[JSON] = []
+    feed = AgentReader.feed
+
+    def spy(reader: AgentReader, method: str, params: dict[str, Any]) -> bool:
+        if method == "item/completed":
+            items.append(params.get("item") or {})
+        return feed(reader, method, params)
+
+    monkeypatch.setattr(AgentReader, "feed", spy)
+    async with codex_agent(tmp_path, config=MCP_CONFIG) as agent:
+        answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user("look up the color"))
+    message = answer.choices[0].message
+    assert message.content == "Notes: value of color"
+    assert "[notes] lookup" in (getattr(message, "reasoning_content", None) or "")
+    [call] = [item for item in items if item.get("type") == "mcpToolCall"]
+    assert call["status"] == "completed" and call["server"] == "notes" and call["tool"] == "lookup"
+    assert "environmentId" in call, call  # what 0.171 added (docs/codex-versions.md)
