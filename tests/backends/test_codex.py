@@ -465,14 +465,15 @@ MCP_DONE = {**MCP_CALL, "status": "completed", "durationMs": 2,
             "result": {"content": [{"type": "text", "text": "value of color"}], "structuredContent": None}}  # fmt: skip
 MESSAGE = {"type": "agentMessage", "id": "msg-n", "text": "", "phase": None, "memoryCitation": None,
            "delivery": None, "questions": None, "moderation": {"moderated": False, "display": None}}  # fmt: skip
+RETRIED = {"message": "again", "codexErrorInfo": "bioPolicy"}  # a kind of error new in 0.171
 NEWER_TURN = {
     "match": "newer",
     "steps": [
         {"notify": "thread/search/partial", "params": {"requestId": 7, "data": []}, "scoped": False},
         {"notify": "item/started", "params": {"item": MCP_CALL}},
         {"notify": "item/completed", "params": {"item": MCP_DONE}},
-        {"notify": "error", "params": {"willRetry": True, "error": {"message": "again", "codexErrorInfo": "bioPolicy"}}},
-        {"notify": "thread/realtime/itemAdded", "params": {"item": {"type": "unheardOf"}}},  # no release we know
+        {"notify": "error", "params": {"willRetry": True, "error": RETRIED}},
+        {"notify": "thread/realtime/itemAdded", "params": {"item": {"type": "unheardOf"}}},  # unknown to us
         {"notify": "item/started", "params": {"item": MESSAGE}},
         {"text": "Notes: value of color", "item": "msg-n"},
         {"notify": "item/completed", "params": {"item": {**MESSAGE, "text": "Notes: value of color"}}},

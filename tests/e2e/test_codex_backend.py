@@ -116,7 +116,8 @@ async def codex_agent(
             work.mkdir()
             setup = write_codex_setup(home, inner_url, [ModelSpec(slug=MODEL, context_window=32768)],
                                       codex_home=home, base_instructions="Be brief.")  # fmt: skip
-            (home / "config.toml").write_text(setup.config_path.read_text() + config)  # no --profile for app-server
+            # `codex app-server` takes no --profile: the profile layer becomes the config itself.
+            (home / "config.toml").write_text(setup.config_path.read_text() + config)
             sandbox = "workspace-write" if sandbox_mode() == "workspace-write" else "danger-full-access"
             config = tmp_path / "codexgate.toml"
             table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary(version)), "codex_home": str(home),
@@ -342,7 +343,9 @@ async def test_an_mcp_tool_call_of_the_agent_is_shown_as_its_work(
 
     monkeypatch.setattr(AgentReader, "feed", spy)
     async with codex_agent(tmp_path, config=MCP_CONFIG) as agent:
-        answer = await agent.chat.chat.completions.create(model="codex-agent", messages=user("look up the color"))
+        answer = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=user("look up the color")
+        )
     message = answer.choices[0].message
     assert message.content == "Notes: value of color"
     assert "[notes] lookup" in (getattr(message, "reasoning_content", None) or "")
