@@ -4,8 +4,9 @@ to a Codex turn, and how many turns run at once.
     uv run python bench/codex_backend.py               # ~2 minutes
     uv run python bench/codex_backend.py --turns 10 --concurrency 1,4
 
-The same `codex app-server` 0.169 build answers both ways, its model provider a `codexgate serve`
-over the fake chat upstream (bench/fake_upstream_server.py; a 50-delta text answer):
+The same `codex app-server` build (the tests' CODEX_VERSION) answers both ways, its model
+provider a `codexgate serve` over the fake chat upstream (bench/fake_upstream_server.py; a
+50-delta text answer):
 - bare: this process drives its own app-server over stdio (backends/app_server.py): a thread, a
   turn, until `turn/completed`;
 - through codexgate: `codexgate serve` with an upstream of kind `codex`, asked over HTTP
@@ -14,7 +15,7 @@ over the fake chat upstream (bench/fake_upstream_server.py; a 50-delta text answ
 First turns (a new thread each) and follow-up turns (the same conversation, re-sent whole by the
 client, continued in its thread) are timed alternately, bare then gateway. Then C
 conversations at once, for each C: every turn must complete; the wall time and turns/s are
-reported. Needs the Codex CLI (`scripts/install-codex.sh` puts it in .cache/codex).
+reported. Needs the Codex CLI (`scripts/install-codex.sh` puts it in .cache/codex/<version>).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "bench")]
 import httpx  # noqa: E402
 from procs import BENCH, Processes, clean_env, free_port, wait_http  # noqa: E402
 from run import codexgate_argv  # noqa: E402
+from tests.e2e.codex_cli import CODEX_VERSION  # noqa: E402
 
 from codexgate.backends.app_server import AppServer, ServerRequestRefused  # noqa: E402
 from codexgate.codex_setup import ModelSpec, write_codex_setup  # noqa: E402
@@ -45,7 +47,7 @@ SCENARIO = "bench:text:50:4:0:0"  # the fake upstream's answer: 50 deltas of 4 c
 
 
 def codex_bin() -> str:
-    cached = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+    cached = ROOT / ".cache" / "codex" / CODEX_VERSION / "node_modules" / ".bin" / "codex"
     if not cached.exists():
         sys.exit("bench: the Codex CLI is not installed; run scripts/install-codex.sh")
     return str(cached)

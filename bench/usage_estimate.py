@@ -11,8 +11,9 @@ DeepSeek, Mistral Tekken: 128k-151k):
 * output side: every recorded fixture (tests/fixtures/chat_streams, tests/fixtures/textcalls),
   the text the model wrote, against `/tokenize`;
 * input side: Codex-shaped requests (bench/workload.py) and, when the Codex CLI is installed,
-  Codex 0.169's real first request captured through the gateway; against `/tokenize` of the
-  JSON body and against the `prompt_tokens` llama.cpp reports for the same chat request.
+  Codex's real first request (the tests' CODEX_VERSION) captured through the gateway; against
+  `/tokenize` of the JSON body and against the `prompt_tokens` llama.cpp reports for the same
+  chat request.
 
     uv run python bench/usage_estimate.py
 
@@ -174,7 +175,7 @@ def main() -> int:
             bodies[f"Codex-shaped, {kb} kB of real code read"] = chat_body(repo_history(kb))
         real_codex = codex_first_request()
         if real_codex is not None:
-            bodies["Codex 0.169 first request (real)"] = real_codex
+            bodies["Codex first request (real; the tests' CODEX_VERSION)"] = real_codex
         for name, body in bodies.items():
             raw = json.dumps(body, separators=(",", ":"))
             request = {**body, "max_tokens": 1, "stream": False}

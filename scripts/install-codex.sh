@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Install the real Codex CLI into a project-local cache and print the path of its `codex`
-# executable on stdout (everything else goes to stderr).
+# executable on stdout (everything else goes to stderr). Each version has a prefix of its own,
+# so several can be installed side by side (the tests run on more than one; docs/codex-versions.md).
 #
-#   scripts/install-codex.sh            # -> /abs/path/.cache/codex/node_modules/.bin/codex
+#   scripts/install-codex.sh            # -> /abs/path/.cache/codex/0.171.0/node_modules/.bin/codex
+#   scripts/install-codex.sh 0.169.0    # -> /abs/path/.cache/codex/0.169.0/node_modules/.bin/codex
 #
-# Environment:
-#   CODEXGATE_CACHE   cache root (default: <repo>/.cache); Codex goes to $CODEXGATE_CACHE/codex
-#   CODEX_VERSION     npm version of @openai/codex (default: 0.169.0, the version the contract
-#                     in shared/reference/codex-contract.md was checked against)
+# Arguments and environment:
+#   VERSION           (first argument) npm version of @openai/codex; else $CODEX_VERSION; else
+#                     0.171.0, the current release
+#   CODEXGATE_CACHE   cache root (default: <repo>/.cache); Codex goes to
+#                     $CODEXGATE_CACHE/codex/<version>
 #
 # Idempotent: if the cached binary already reports the wanted version nothing is downloaded.
 # Needs only Node >= 18 and npm; no global install, no sudo. Concurrent runs are serialised
@@ -26,15 +29,16 @@ die() { log "error: $*"; exit 1; }
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 repo_root="$(cd -- "$script_dir/.." && pwd -P)"
-version="${CODEX_VERSION:-0.169.0}"
+version="${1:-${CODEX_VERSION:-0.171.0}}"
+[[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] || die "not a release version: '$version' (e.g. 0.171.0)"
 cache_root="${CODEXGATE_CACHE:-$repo_root/.cache}"
 mkdir -p -- "$cache_root"
 cache_root="$(cd -- "$cache_root" && pwd -P)"
-prefix="$cache_root/codex"
+prefix="$cache_root/codex/$version"
 bin="$prefix/node_modules/.bin/codex"
 
 installed_version() {
-    # `codex --version` prints "codex-cli 0.169.0".
+    # `codex --version` prints "codex-cli 0.171.0".
     [[ -x "$bin" ]] || return 1
     local out
     out="$(timeout 60 "$bin" --version 2>/dev/null </dev/null)" || return 1
@@ -82,7 +86,7 @@ main() {
         return 0
     fi
     if command -v flock >/dev/null 2>&1; then
-        exec 9>"$cache_root/.codex-install.lock"
+        exec 9>"$cache_root/.codex-install.lock" # one lock for every version: npm's cache is shared
         flock -w 900 9 || die "timed out waiting for another install to finish"
         # Another process may have finished the install while we waited.
         if [[ "$(installed_version || true)" == "$version" ]]; then

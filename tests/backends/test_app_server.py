@@ -1,4 +1,5 @@
-"""The supervised app-server client, against a fake app-server process and the real Codex 0.169.
+"""The supervised app-server client, against a fake app-server process and the real Codex (0.171,
+0.169).
 
 The fake (tests/support/fake_app_server.py) is a real subprocess speaking the same framing, so
 the pipes, the reader, stderr draining, exits and restarts are exercised for real. Waits are on
@@ -35,6 +36,7 @@ from codexgate.backends.app_server import (
 )
 from codexgate.wire import app_server as wire
 from codexgate.wire.app_server import ErrorCode, Notification, ServerRequest
+from tests.e2e.codex_cli import codex_versions
 
 FAKE = Path(__file__).resolve().parents[1] / "support" / "fake_app_server.py"
 FAST = AppServerLimits(
@@ -496,7 +498,7 @@ def test_the_public_surface_is_pinned() -> None:
     }
 
 
-# -- the real `codex app-server` 0.169 over a scripted upstream ----------------------------------
+# -- the real `codex app-server` over a scripted upstream ------------------------------------------
 
 MODEL = "local-coder"
 
@@ -512,16 +514,18 @@ async def real_codex(
     tmp_path: Path,
     script: Any,
     on_server_request: Callable[[ServerRequest], Awaitable[Any]] = refuse,
+    version: str | None = None,
 ) -> AsyncIterator[tuple[AppServer, Any]]:
-    """The real app-server, its model provider pointed at codexgate over a FakeUpstream."""
+    """The real app-server (`version`, default the current release), its model provider pointed
+    at codexgate over a FakeUpstream."""
     from codexgate.app import build_app
     from codexgate.codex_setup import ModelSpec, write_codex_setup
     from codexgate.config import load_settings
-    from tests.e2e.codex_cli import codex_binary
+    from tests.e2e.codex_cli import CODEX_VERSION, codex_binary
     from tests.support.fake_upstream import FakeUpstream
     from tests.support.servers import arun_asgi_server
 
-    codex = codex_binary()
+    codex = codex_binary(version or CODEX_VERSION)
     fake = FakeUpstream(script)
     async with arun_asgi_server(fake) as upstream:
         settings = load_settings({"upstream": upstream + "/v1", "discover": False}, environ={})
@@ -573,12 +577,14 @@ async def until_turn_completed(events: ThreadSubscription, timeout: float = 30.0
 
 
 @pytest.mark.e2e
-async def test_real_app_server_runs_a_text_turn(tmp_path: Path) -> None:
+@codex_versions
+async def test_real_app_server_runs_a_text_turn(tmp_path: Path, codex_version: str) -> None:
     from tests.support.fake_upstream import text_reply
 
-    async with real_codex(tmp_path, [text_reply("Hello from a scripted model.")]) as (server, fake):
+    script = [text_reply("Hello from a scripted model.")]
+    async with real_codex(tmp_path, script, version=codex_version) as (server, fake):
         generation = await server.start()
-        assert "0.169" in server.server_info["userAgent"]
+        assert f"/{codex_version} " in server.server_info["userAgent"]
         models = await server.request(wire.MODEL_LIST, {})
         assert [m["id"] for m in models["data"]] == [MODEL]
         started = await server.request(wire.THREAD_START, thread_params(tmp_path), generation=generation)

@@ -452,6 +452,50 @@ async def test_the_app_server_crashing_mid_turn_fails_the_response_and_the_next_
         assert len(gw.backend.threads) == 1  # the dead process's thread is forgotten
 
 
+# -- what a newer release sends
+
+
+# As `codex app-server` 0.171 writes them (docs/codex-versions.md): `mcpToolCall` items carry
+# `environmentId`, agent messages `moderation`; `thread/search/partial` belongs to no thread.
+MCP_CALL = {"type": "mcpToolCall", "id": "call_m1", "server": "notes", "environmentId": "remote-1",
+            "tool": "lookup", "status": "inProgress", "arguments": {"key": "color"}, "appContext": None,
+            "mcpAppUi": None, "pluginId": None, "readOnlyHint": None, "result": None, "error": None,
+            "durationMs": None}  # fmt: skip
+MCP_DONE = {**MCP_CALL, "status": "completed", "durationMs": 2,
+            "result": {"content": [{"type": "text", "text": "value of color"}], "structuredContent": None}}  # fmt: skip
+MESSAGE = {"type": "agentMessage", "id": "msg-n", "text": "", "phase": None, "memoryCitation": None,
+           "delivery": None, "questions": None, "moderation": {"moderated": False, "display": None}}  # fmt: skip
+RETRIED = {"message": "again", "codexErrorInfo": "bioPolicy"}  # a kind of error new in 0.171
+NEWER_TURN = {
+    "match": "newer",
+    "steps": [
+        {"notify": "thread/search/partial", "params": {"requestId": 7, "data": []}, "scoped": False},
+        {"notify": "item/started", "params": {"item": MCP_CALL}},
+        {"notify": "item/completed", "params": {"item": MCP_DONE}},
+        {"notify": "error", "params": {"willRetry": True, "error": RETRIED}},
+        {"notify": "thread/realtime/itemAdded", "params": {"item": {"type": "unheardOf"}}},  # unknown to us
+        {"notify": "item/started", "params": {"item": MESSAGE}},
+        {"text": "Notes: value of color", "item": "msg-n"},
+        {"notify": "item/completed", "params": {"item": {**MESSAGE, "text": "Notes: value of color"}}},
+    ],
+}
+
+
+async def test_what_codex_0_171_adds_to_a_turn_is_read_or_passed_over(tmp_path: Path) -> None:
+    async with gateway(tmp_path, [NEWER_TURN]) as gw:
+        events = await responses_stream(gw.http, {"input": "the newer release"})
+        again = await gw.sdk.chat.completions.create(model="codex-agent", messages=user("hello"))
+        generation = gw.backend.app_server.generation
+    end = events[-1]
+    assert end["type"] == "response.completed", end
+    output = end["response"]["output"]
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert "[notes] lookup" in output[0]["summary"][0]["text"]  # the MCP call, shown as the agent's work
+    assert output[1]["content"][0]["text"] == "Notes: value of color"
+    assert again.choices[0].message.content == "answer hello"
+    assert generation == 1  # the same app-server process served both: nothing fell over
+
+
 # -- models, health, shutdown
 
 

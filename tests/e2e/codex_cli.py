@@ -6,7 +6,10 @@
     assert run.final_message == "Done."
 
 `codex_binary()` finds the Codex CLI installed by `scripts/install-codex.sh` (project cache,
-installing it on first use) and skips the test only when npm is missing. `run_codex_exec()`
+one prefix per version, installing it on first use) and skips the test only when npm is missing.
+The suite runs on `CODEX_VERSION`, the current release; a representative subset also runs on each
+of `OLDER_CODEX_VERSIONS`, through the `codex_versions` parametrization (a `codex_version`
+argument to pass on; docs/codex-versions.md says which tests and why). `run_codex_exec()`
 writes the catalog and profile with `codexgate.codex_setup.write_codex_setup` into `codex_home`,
 runs Codex non-interactively (stdin closed, approval `never`, a sandbox that lets commands and
 `apply_patch` write inside `workdir`) under a hard timeout, and parses the JSONL events
@@ -46,7 +49,12 @@ from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-codex.sh"
-CODEX_VERSION = "0.169.0"
+# The current release (what `npm install @openai/codex` gets): every e2e test runs on it.
+CODEX_VERSION = "0.171.0"
+# Earlier releases still covered by a subset (a tool turn over HTTP, one over WebSockets, one
+# turn through `codex app-server`): `codex_versions` runs a test on each.
+OLDER_CODEX_VERSIONS = ("0.169.0",)
+CODEX_VERSIONS = (CODEX_VERSION, *OLDER_CODEX_VERSIONS)
 SANDBOX_FLAGS = {
     "workspace-write": ("-s", "workspace-write"),
     "bypass": ("--dangerously-bypass-approvals-and-sandbox",),
@@ -54,30 +62,37 @@ SANDBOX_FLAGS = {
 JSON = dict[str, Any]
 
 
-@functools.cache
-def codex_binary() -> Path:
-    """The `codex` executable (Codex CLI 0.169.0) from the project cache, installed if missing.
+codex_versions = pytest.mark.parametrize(
+    "codex_version", CODEX_VERSIONS, ids=[f"codex-{version}" for version in CODEX_VERSIONS]
+)
+"""Run a test on the current Codex release and on each older one it still covers."""
 
-    `CODEXGATE_CODEX_BIN` points at another binary. Skips the calling test if Codex is not
-    installed and npm is not available; fails it if the install itself fails (and every later
-    caller at once, with the same cause).
+
+@functools.cache
+def codex_binary(version: str = CODEX_VERSION) -> Path:
+    """The `codex` executable of Codex CLI `version` from the project cache, installed if missing.
+
+    `CODEXGATE_CODEX_BIN` points at another binary, used instead of the current release (older
+    versions are still installed in the cache). Skips the calling test if Codex is not installed
+    and npm is not available; fails it if the install itself fails (and every later caller of
+    the same version at once, with the same cause).
     """
     override = os.environ.get("CODEXGATE_CODEX_BIN")
-    if override:
+    if override and version == CODEX_VERSION:
         return Path(override)
     cache = Path(os.environ.get("CODEXGATE_CACHE") or REPO_ROOT / ".cache")
-    cached = cache / "codex" / "node_modules" / ".bin" / "codex"
+    cached = cache / "codex" / version / "node_modules" / ".bin" / "codex"
     if not cached.exists() and (shutil.which("npm") is None or shutil.which("node") is None):
         pytest.skip("Codex CLI is not installed and npm/node are unavailable to install it")
-    stdout = install_once(INSTALL_SCRIPT, timeout=900)
+    stdout = install_once(INSTALL_SCRIPT, timeout=900, args=(version,))
     return Path(stdout.strip().splitlines()[-1])
 
 
 @functools.cache
-def codex_prompt() -> str:
+def codex_prompt(version: str = CODEX_VERSION) -> str:
     """Codex's own base prompt, read from the installed binary (see codex_setup)."""
     try:
-        return codex_base_instructions(codex_binary())
+        return codex_base_instructions(codex_binary(version))
     except CodexSetupError as exc:
         pytest.fail(str(exc))
 
@@ -191,6 +206,7 @@ def run_codex_exec(
     sandbox: str | None = None,
     websockets: bool = False,
     remote_compaction: bool = False,
+    version: str = CODEX_VERSION,
 ) -> CodexRun:
     """Run `codex exec --json --skip-git-repo-check PROMPT` through the gateway at `base_url`.
 
@@ -201,9 +217,10 @@ def run_codex_exec(
     token and `env` adds variables (e.g. that key); `sandbox` is `workspace-write`, `bypass`
     or None for `sandbox_mode()`. `websockets` and `remote_compaction` go to
     `write_codex_setup`; WebSockets are off here by default (the product default is on) so
-    that a test's request counts mean HTTP requests unless it asks for WebSockets.
+    that a test's request counts mean HTTP requests unless it asks for WebSockets. `version` is
+    the Codex release to run (see `codex_versions`).
     """
-    codex = codex_binary()
+    codex = codex_binary(version)
     workdir.mkdir(parents=True, exist_ok=True)
     specs = list(specs) if specs else [ModelSpec(slug=model, context_window=None)]
     setup = write_codex_setup(
@@ -211,7 +228,7 @@ def run_codex_exec(
         base_url,
         specs,
         codex_home=codex_home,
-        base_instructions=codex_prompt(),
+        base_instructions=codex_prompt(version),
         env_key=env_key,
         websockets=websockets,
         remote_compaction=remote_compaction,
@@ -305,8 +322,10 @@ class CodexTraffic:
     `requests` holds every Responses request in arrival order as `(transport, body)`:
     `("websocket", <response.create frame>)` or `("http", <POST body>)` (a body that is not JSON,
     e.g. compressed, is recorded as `{"unparsed": <first bytes>}`). `websocket_events` holds the
-    event frames the gateway sent back over WebSockets. Lists are appended from the server's
-    thread; read them after the server has stopped (or accept a snapshot).
+    event frames the gateway sent back over WebSockets. `headers` holds the request headers of
+    each POST and WebSocket handshake as `(transport, {name: value})`, `response_headers` those
+    the gateway answered each POST with. Lists are appended from the server's thread; read them
+    after the server has stopped (or accept a snapshot).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -315,6 +334,8 @@ class CodexTraffic:
         self.http_posts = 0
         self.requests: list[tuple[str, JSON]] = []
         self.websocket_events: list[JSON] = []
+        self.headers: list[tuple[str, dict[str, str]]] = []
+        self.response_headers: list[dict[str, str]] = []
 
     def bodies(self, transport: str | None = None) -> list[JSON]:
         return [body for kind, body in self.requests if transport in (None, kind)]
@@ -323,11 +344,21 @@ class CodexTraffic:
         responses = str(scope.get("path", "")).rstrip("/").endswith("/responses")
         if responses and scope["type"] == "websocket":
             self.websocket_connections += 1
+            self.headers.append(("websocket", _headers(scope["headers"])))
             receive, send = self._tap_frames(receive), self._tap_events(send)
         elif responses and scope["type"] == "http" and scope.get("method") == "POST":
             self.http_posts += 1
-            receive = self._tap_body(receive)
+            self.headers.append(("http", _headers(scope["headers"])))
+            receive, send = self._tap_body(receive), self._tap_start(send)
         await self.app(scope, receive, send)
+
+    def _tap_start(self, send: Send) -> Send:
+        async def tapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.response_headers.append(_headers(message.get("headers") or []))
+            await send(message)
+
+        return tapped
 
     def _tap_frames(self, receive: Receive) -> Receive:
         async def tapped() -> Message:
@@ -358,6 +389,10 @@ class CodexTraffic:
             return message
 
         return tapped
+
+
+def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw}
 
 
 def _json_or_raw(data: str | bytes | None) -> JSON:

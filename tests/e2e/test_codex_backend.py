@@ -1,6 +1,7 @@
 """The Codex agent as a model: the official `openai` SDK talks to codexgate (chat and Responses
-faces), whose upstream of kind `codex` drives the real `codex app-server` 0.169, whose own model
-provider is a second codexgate over a scripted chat upstream. The scripted model reads the
+faces), whose upstream of kind `codex` drives the real `codex app-server` (the current release;
+one turn on 0.169 too), whose own model provider is a second codexgate over a scripted chat
+upstream. The scripted model reads the
 conversation it gets and answers as a model would: it calls Codex's tools (a command, a patch),
 the client's own tool, or answers."""
 
@@ -10,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from codexgate.app import build_app
 from codexgate.backends.codex import CodexBackend
 from codexgate.codex_setup import ModelSpec, write_codex_setup
 from codexgate.config import load_settings
-from tests.e2e.codex_cli import codex_binary, sandbox_mode
+from codexgate.translate.agent_events import AgentReader
+from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, sandbox_mode
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.servers import arun_asgi_server
@@ -78,6 +81,10 @@ def model(body: JSON) -> Any:
         if not results:
             return tool_calls_reply([("client_apply_patch", json.dumps({"diff": "x"}))])
         return text_reply(f"Client said: {results[-1]}")
+    if "look up" in prompt:  # a tool of the MCP server in Codex's config (tests/support/fake_mcp_server.py)
+        if not results:
+            return tool_calls_reply([("mcp__notes__lookup", json.dumps({"key": "color"}))])
+        return text_reply("Notes: " + results[-1].rsplit("\n", 1)[-1])
     if "slow" in prompt:
         return text_reply("word " * 400, delay_between_chunks=0.05)
     if "Write that handoff summary" in prompt:  # the gateway's compaction request (SUMMARY_PROMPT)
@@ -96,8 +103,11 @@ class Agent:
 
 
 @asynccontextmanager
-async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> AsyncIterator[Agent]:
-    """codexgate (in process) -> codex app-server -> codexgate (loopback) -> FakeUpstream."""
+async def codex_agent(
+    tmp_path: Path, script: Any = model, *, version: str = CODEX_VERSION, config: str = "", **upstream: Any
+) -> AsyncIterator[Agent]:
+    """codexgate (in process) -> codex app-server `version` -> codexgate (loopback) -> FakeUpstream.
+    `config` is more of Codex's config.toml."""
     fake = FakeUpstream(script)
     async with arun_asgi_server(fake) as fake_url:
         inner = load_settings({"upstream": fake_url + "/v1", "discover": False}, environ={})
@@ -106,10 +116,11 @@ async def codex_agent(tmp_path: Path, script: Any = model, **upstream: Any) -> A
             work.mkdir()
             setup = write_codex_setup(home, inner_url, [ModelSpec(slug=MODEL, context_window=32768)],
                                       codex_home=home, base_instructions="Be brief.")  # fmt: skip
-            (home / "config.toml").write_text(setup.config_path.read_text())  # no --profile for app-server
+            # `codex app-server` takes no --profile: the profile layer becomes the config itself.
+            (home / "config.toml").write_text(setup.config_path.read_text() + config)
             sandbox = "workspace-write" if sandbox_mode() == "workspace-write" else "danger-full-access"
             config = tmp_path / "codexgate.toml"
-            table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary()), "codex_home": str(home),
+            table = {"name": "codex", "kind": "codex", "codex_bin": str(codex_binary(version)), "codex_home": str(home),
                      "workdir": str(work), "sandbox": sandbox, **upstream}  # fmt: skip
             lines = ["[[upstreams]]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
             lines += ["[[models]]", 'name = "codex-agent"', 'upstream = "codex"', f'model = "{MODEL}"']
@@ -137,13 +148,16 @@ def user(text: str) -> list[Any]:
     return [{"role": "user", "content": text}]
 
 
-async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path) -> None:
-    async with codex_agent(tmp_path) as agent:
+@codex_versions
+async def test_a_streamed_chat_turn_runs_a_command_in_the_workdir(tmp_path: Path, codex_version: str) -> None:
+    async with codex_agent(tmp_path, version=codex_version) as agent:
         stream = await agent.chat.chat.completions.create(
             model="codex-agent", messages=user("make the hello file"), stream=True,
             stream_options={"include_usage": True},
         )  # fmt: skip
         chunks = [chunk async for chunk in stream]
+        user_agent = agent.backend.app_server.server_info.get("userAgent", "")
+    assert f"/{codex_version} " in user_agent  # the app-server of the version under test
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     work = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
     assert text == "Done."
@@ -304,3 +318,37 @@ async def test_a_client_tool_named_like_one_of_codexs_own_still_reaches_the_clie
     offered = [t["function"]["name"] for t in agent.fake.requests[0].body["tools"]]
     assert "apply_patch" in offered and "client_apply_patch" in offered  # Codex's own and the client's
     assert not (agent.workdir / "x").exists()
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "support" / "fake_mcp_server.py"
+MCP_CONFIG = f"""
+[mcp_servers.notes]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(MCP_SERVER))}]
+default_tools_approval_mode = "approve"
+"""
+
+
+async def test_an_mcp_tool_call_of_the_agent_is_shown_as_its_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 0.171's mcpToolCall items carry `environmentId` (null here): read through to the answer.
+    items: list[JSON] = []
+    feed = AgentReader.feed
+
+    def spy(reader: AgentReader, method: str, params: dict[str, Any]) -> bool:
+        if method == "item/completed":
+            items.append(params.get("item") or {})
+        return feed(reader, method, params)
+
+    monkeypatch.setattr(AgentReader, "feed", spy)
+    async with codex_agent(tmp_path, config=MCP_CONFIG) as agent:
+        answer = await agent.chat.chat.completions.create(
+            model="codex-agent", messages=user("look up the color")
+        )
+    message = answer.choices[0].message
+    assert message.content == "Notes: value of color"
+    assert "[notes] lookup" in (getattr(message, "reasoning_content", None) or "")
+    [call] = [item for item in items if item.get("type") == "mcpToolCall"]
+    assert call["status"] == "completed" and call["server"] == "notes" and call["tool"] == "lookup"
+    assert "environmentId" in call, call  # what 0.171 added (docs/codex-versions.md)

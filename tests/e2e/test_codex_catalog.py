@@ -1,4 +1,5 @@
-"""The real Codex CLI 0.169 accepts the codexgate catalog and profile and sends what we expect.
+"""The real Codex CLI (the current release) accepts the codexgate catalog and profile and sends
+what we expect.
 
 A tiny Responses server on loopback logs each request and answers a minimal valid SSE stream, so
 these tests check Codex's side only: the tools it advertises (freeform apply_patch, no tool_search,

@@ -1,7 +1,7 @@
-"""The real Codex CLI 0.169 compacting remotely through codexgate, mid-turn.
+"""The real Codex CLI (the current release) compacting remotely through codexgate, mid-turn.
 
 The profile names the provider "OpenAI" (`remote_compaction=True`), the only name for which
-Codex 0.169 compacts remotely (codex-contract.md §6), and the catalog sets a low
+Codex compacts remotely (codex-contract.md §6; 0.169 and 0.171 alike), and the catalog sets a low
 `auto_compact_token_limit`. The scripted upstream reports a large usage for its first answer (a
 tool call), so Codex compacts before its next request: it sends the history ending in a
 `compaction_trigger`, the gateway asks the upstream for a handoff summary and returns it sealed

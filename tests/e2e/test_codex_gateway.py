@@ -1,4 +1,5 @@
-"""The real Codex CLI 0.169 through codexgate to a scripted Chat Completions upstream.
+"""The real Codex CLI (the current release; a tool turn on 0.169 too) through codexgate to a scripted
+Chat Completions upstream.
 
 Each test serves a FakeUpstream and the gateway (the real app, aiohttp client, uvicorn) on
 loopback, writes the catalog and profile with codex_setup, and runs `codex exec --json`. The
@@ -17,7 +18,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from tests.e2e.codex_cli import CodexRun, run_codex_exec
+from tests.e2e.codex_cli import CODEX_VERSION, CodexRun, CodexTraffic, codex_versions, run_codex_exec
 from tests.support.fake_upstream import (
     FakeUpstream,
     Reply,
@@ -36,17 +37,27 @@ JSON = dict[str, Any]
 
 
 @contextmanager
-def serving(script: Any) -> Iterator[tuple[str, FakeUpstream]]:
+def serving_tapped(script: Any) -> Iterator[tuple[str, FakeUpstream, CodexTraffic]]:
+    """The gateway over a FakeUpstream, behind a tap that records what Codex sends."""
     fake = FakeUpstream(script)
     with run_asgi_server(fake) as upstream:
         settings = load_settings(
             {"upstream": upstream + "/v1", "discover": False, "retry_backoff": 0.05}, environ={}
         )
-        with run_asgi_server(build_app(settings, environ={}), lifespan="on") as gateway:
-            yield gateway, fake
+        traffic = CodexTraffic(build_app(settings, environ={}))
+        with run_asgi_server(traffic, lifespan="on") as gateway:
+            yield gateway, fake, traffic
 
 
-def codex(tmp_path: Path, gateway: str, prompt: str, *extra: str, timeout: float = 120) -> CodexRun:
+@contextmanager
+def serving(script: Any) -> Iterator[tuple[str, FakeUpstream]]:
+    with serving_tapped(script) as (gateway, fake, _):
+        yield gateway, fake
+
+
+def codex(
+    tmp_path: Path, gateway: str, prompt: str, *extra: str, timeout: float = 120, version: str = CODEX_VERSION
+) -> CodexRun:
     return run_codex_exec(
         prompt,
         base_url=gateway,
@@ -55,6 +66,7 @@ def codex(tmp_path: Path, gateway: str, prompt: str, *extra: str, timeout: float
         codex_home=tmp_path / "home",
         extra_args=extra,
         timeout=timeout,
+        version=version,
     )
 
 
@@ -88,7 +100,12 @@ def test_plain_answer(tmp_path: Path) -> None:
     assert run.usage is not None and run.usage["input_tokens"] > 0
 
 
-def test_exec_command_then_an_answer_from_its_output(tmp_path: Path) -> None:
+# What each release sends in `accept-encoding` (docs/codex-versions.md): 0.171 added it.
+ACCEPT_ENCODING = {"0.171.0": "zstd,gzip", "0.169.0": None}
+
+
+@codex_versions
+def test_exec_command_then_an_answer_from_its_output(tmp_path: Path, codex_version: str) -> None:
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "secret.txt").write_text("the answer is 42\n")
 
@@ -96,17 +113,24 @@ def test_exec_command_then_an_answer_from_its_output(tmp_path: Path) -> None:
         output = tool_results(body)[-1]
         return text_reply("The file says: " + ("42" if "the answer is 42" in output else "???"))
 
-    with serving(by_step(lambda _: tool_calls_reply([exec_call("cat secret.txt")]), answer)) as (
-        gateway,
-        fake,
-    ):
-        run = codex(tmp_path, gateway, "What is in secret.txt?")
+    steps = by_step(lambda _: tool_calls_reply([exec_call("cat secret.txt")]), answer)
+    with serving_tapped(steps) as (gateway, fake, traffic):
+        run = codex(tmp_path, gateway, "What is in secret.txt?", version=codex_version)
     assert run.ok, run.describe()
     assert [c["command"] for c in run.command_executions][0].endswith(
         "cat secret.txt'"
     ) or "cat secret.txt" in run.command_executions[0]["command"]
     assert run.final_message == "The file says: 42"
     assert len(fake.requests) == 2
+    # The version under test sent plain JSON bodies, and was answered with a plain event stream
+    # whatever it accepts (an encoding it cannot read, or a buffered stream, would fail the run).
+    sent = [headers for transport, headers in traffic.headers if transport == "http"]
+    assert len(sent) == 2 and all(f"codex_exec/{codex_version} " in h["user-agent"] for h in sent)
+    assert [h.get("accept-encoding") for h in sent] == [ACCEPT_ENCODING[codex_version]] * 2
+    assert not any("content-encoding" in h for h in sent)
+    assert not any("unparsed" in body for body in traffic.bodies("http"))
+    assert not any("content-encoding" in h for h in traffic.response_headers)
+    assert all(h["content-type"].startswith("text/event-stream") for h in traffic.response_headers)
 
 
 def patch_call(patch: str) -> tuple[str, str]:

@@ -1,5 +1,5 @@
-"""The real Codex CLI 0.169 with its default kind of model (Responses Lite, code mode,
-multi-agent v2; codex-contract.md §12) through codexgate to a scripted Chat upstream.
+"""The real Codex CLI (the current release) with its default kind of model (Responses Lite,
+code mode, multi-agent v2; codex-contract.md §12) through codexgate to a scripted Chat upstream.
 
 The catalog entry is the bundled `gpt-6.1-sol` under a local slug, `use_responses_lite` and
 `multi_agent_version` kept, so Codex sends no `tools` and no `instructions`: its tools come as

@@ -1,4 +1,4 @@
-"""The real Codex CLI 0.169 recovers from an answer the gateway had to cut short.
+"""The real Codex CLI (the current release) recovers from an answer the gateway had to cut short.
 
 Codex records every `output_item.done` item, the partial answer of a failed attempt included,
 and sends it back on its retry and on every later turn. The upstream here behaves like

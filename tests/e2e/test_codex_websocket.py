@@ -1,4 +1,4 @@
-"""The real Codex CLI 0.169 over codexgate's WebSocket mode (`supports_websockets = true`).
+"""The real Codex CLI (0.171 and 0.169) over codexgate's WebSocket mode (`supports_websockets = true`).
 
 The gateway (the real app, behind a `CodexTraffic` tap) serves a scripted Chat Completions
 upstream; Codex runs a tool loop: `exec_command`, then `apply_patch`, then an answer. The tap
@@ -17,7 +17,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from tests.e2e.codex_cli import CodexTraffic, run_codex_exec
+from tests.e2e.codex_cli import CodexTraffic, codex_versions, run_codex_exec
 from tests.support.fake_upstream import FakeUpstream, Reply, text_reply, tool_calls_reply
 from tests.support.servers import run_asgi_server
 
@@ -43,7 +43,8 @@ def script(body: JSON) -> Reply:
     return text_reply(f"Done; the command printed {first[-1] if first else '?'}.")
 
 
-def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path) -> None:
+@codex_versions
+def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path, codex_version: str) -> None:
     fake = FakeUpstream(script)
     with run_asgi_server(fake) as upstream:
         settings = load_settings({"upstream": upstream + "/v1", "discover": False}, environ={})
@@ -57,6 +58,7 @@ def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path) 
                 codex_home=tmp_path / "home",
                 websockets=True,
                 timeout=120,
+                version=codex_version,
             )
     assert run.setup is not None and "supports_websockets = true" in run.setup.config_path.read_text()
     assert run.ok, run.describe()
@@ -69,6 +71,9 @@ def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path) 
 
     # Only WebSockets: no HTTP request to /v1/responses, no fallback.
     assert traffic.http_posts == 0, traffic.requests
+    [(_, handshake)] = traffic.headers[:1]
+    assert f"/{codex_version} " in handshake["user-agent"]  # the version under test
+    assert handshake["openai-beta"] == "responses_websockets=2026-02-06"
     assert traffic.websocket_connections >= 1
     assert "Falling back" not in run.stderr, run.stderr[-3000:]
     frames = traffic.bodies("websocket")

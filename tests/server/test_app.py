@@ -326,6 +326,29 @@ async def test_a_body_over_the_limit_is_a_413() -> None:
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
 
+@pytest.mark.parametrize("encoding", ["zstd", "gzip", "ZSTD"])
+async def test_a_compressed_request_body_is_refused_with_a_415_naming_the_encoding(encoding: str) -> None:
+    # Codex compresses its bodies (zstd) only for its own OpenAI provider with ChatGPT sign-in;
+    # anything else sending one is told why, not "not valid JSON".
+    async with gateway([text_reply("read")]) as (client, fake, _):
+        response = await client.post(
+            "/v1/responses",
+            content=b"\x28\xb5\x2f\xfd compressed bytes",
+            headers={"content-type": "application/json", "content-encoding": encoding},
+        )
+        plain = await client.post(
+            "/v1/responses",
+            json={"model": "m", "input": "x"},
+            headers={"content-encoding": "identity"},
+        )
+    assert response.status_code == 415, response.text
+    error = response.json()["error"]
+    assert error["code"] == "unsupported_content_encoding"
+    assert f"Content-Encoding: {encoding}" in error["message"] and "uncompressed JSON" in error["message"]
+    assert plain.status_code == 200 and plain.json()["output"][-1]["content"][0]["text"] == "read"
+    assert len(fake.requests) == 1  # only the plain one went upstream
+
+
 async def test_unknown_routes_and_methods() -> None:
     async with gateway() as (client, _, _):
         assert (await client.get("/v1/nothing")).status_code == 404

@@ -19,7 +19,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from codexgate.wire.sse import SSEDecoder
-from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
+from tests.support.fake_upstream import FakeUpstream, cut_reply, stall_reply, text_reply
 from tests.support.openresponses import validate_stream
 from tests.support.servers import run_asgi_server
 
@@ -117,6 +117,31 @@ def test_a_client_that_leaves_cancels_the_upstream_generation() -> None:
         while fake.disconnects == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
     assert fake.disconnects == 1
+
+
+def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made() -> None:
+    # Codex 0.171 sends `accept-encoding: zstd,gzip`. The answer must be one it can read and
+    # must not wait to be compressed whole: the first delta comes while the upstream is still
+    # stalled (30 s, longer than the client's 10 s timeout), uncompressed on the wire.
+    fake = FakeUpstream([stall_reply("first, then the rest", stall_seconds=30)])
+    request = {"model": "m", "input": "hi", "stream": True}
+    with (
+        run_asgi_server(fake) as upstream,
+        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+        httpx.stream(
+            "POST", gw + "/v1/responses", json=request, headers={"accept-encoding": "zstd,gzip"}, timeout=10
+        ) as response,
+    ):
+        raw = b""
+        for chunk in response.iter_raw():  # the bytes as sent: nothing decoded by httpx
+            raw += chunk
+            if b"response.output_text.delta" in raw:
+                break
+    assert response.status_code == 200
+    assert "content-encoding" not in response.headers
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert [e["type"] for e in _events(raw)][:2] == ["response.created", "response.in_progress"]
+    assert fake.requests[0].body["stream"] is True
 
 
 def test_websocket_mode_is_served_on_the_real_server() -> None:

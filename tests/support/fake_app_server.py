@@ -47,7 +47,8 @@ A script is JSON, from the file FAKE_APP_SERVER_SCRIPT or the `script` command:
 - {"text": "...", "item"?: id}: an `item/agentMessage/delta` ("{answer}" is replaced by the
   text of the last answer to a server request, "{input}" by the turn's input text)
 - {"reasoning": "..."}: an `item/reasoning/summaryTextDelta`
-- {"notify": method, "params": {...}}: any notification (threadId and turnId filled in)
+- {"notify": method, "params": {...}}: any notification (threadId and turnId filled in; with
+  "scoped": false not: a process-wide one, as `thread/search/partial` of 0.171)
 - {"usage": {inputTokens, ...}}: `thread/tokenUsage/updated` with that `last`
 - {"tool_call": {callId, tool, arguments, namespace?}}: an `item/tool/call` server request;
   the turn waits for its answer
@@ -337,7 +338,8 @@ class FakeAppServer:
                 delta = {**scope, "itemId": f"rs-{turn.id}", "delta": step["reasoning"], "summaryIndex": 0}
                 self.notify("item/reasoning/summaryTextDelta", delta)
             elif "notify" in step:
-                self.notify(step["notify"], {**scope, **(step.get("params") or {})})
+                where = scope if step.get("scoped", True) else {}
+                self.notify(step["notify"], {**where, **(step.get("params") or {})})
             elif "usage" in step:
                 self.notify("thread/tokenUsage/updated", {**scope, "tokenUsage": {"last": step["usage"]}})
             elif "tool_call" in step:

@@ -1,11 +1,12 @@
 """Running the project's install scripts (scripts/*.sh) from tests, which install what they
 need on first use.
 
-A script runs at most once per test session (`install_once`): its outcome is remembered, a
-failure included, so when a build breaks the first test that needs it fails with the cause and
-every later one fails at once with the same cause instead of building again. While it runs,
-each line it writes to stderr (its progress) goes to the progress sink, which tests/conftest.py
-points at pytest's terminal so a long build is visible even though pytest captures output.
+A script runs at most once per test session with the same arguments (`install_once`): its
+outcome is remembered, a failure included, so when a build breaks the first test that needs it
+fails with the cause and every later one fails at once with the same cause instead of building
+again. While it runs, each line it writes to stderr (its progress) goes to the progress sink,
+which tests/conftest.py points at pytest's terminal so a long build is visible even though
+pytest captures output.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,8 @@ def _to_stderr(line: str) -> None:
 # Where install scripts' progress lines go; the default serves callers outside pytest (bench/).
 _progress: ProgressSink = _to_stderr
 
-# The outcome of each script run in this session: its stdout, or the failure message.
-_outcomes: dict[Path, tuple[bool, str]] = {}
+# The outcome of each script run (and its arguments) in this session: its stdout, or the failure.
+_outcomes: dict[tuple[Path, tuple[str, ...]], tuple[bool, str]] = {}
 
 
 def set_progress_sink(sink: ProgressSink) -> None:
@@ -46,16 +47,18 @@ class ScriptFailed(Exception):
     """An install script exited non-zero or timed out; the message says why, with its output."""
 
 
-def run_script(script: Path, timeout: float, sink: ProgressSink | None = None) -> str:
-    """Run `bash script`, passing each stderr line to `sink` (default: the progress sink) as it
-    comes; returns its stdout. Past `timeout` seconds its whole process group is killed."""
+def run_script(
+    script: Path, timeout: float, sink: ProgressSink | None = None, args: Sequence[str] = ()
+) -> str:
+    """Run `bash script args...`, passing each stderr line to `sink` (default: the progress
+    sink) as it comes; returns its stdout. Past `timeout` seconds its whole process group is killed."""
     sink = sink or _progress
     tail: deque[str] = deque(maxlen=60)
     timed_out = threading.Event()
     with (
         tempfile.TemporaryFile("w+") as out,
         subprocess.Popen(
-            ["bash", str(script)],
+            ["bash", str(script), *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.PIPE,
@@ -95,16 +98,17 @@ def run_script(script: Path, timeout: float, sink: ProgressSink | None = None) -
     return stdout
 
 
-def install_once(script: Path, timeout: float) -> str:
-    """`run_script` once per session; returns its stdout, or fails the calling test with the
-    cause, the first time and every time after (without running the script again)."""
-    first = script not in _outcomes
+def install_once(script: Path, timeout: float, args: Sequence[str] = ()) -> str:
+    """`run_script` once per session and arguments; returns its stdout, or fails the calling
+    test with the cause, the first time and every time after (without running the script again)."""
+    key = (script, tuple(args))
+    first = key not in _outcomes
     if first:
         try:
-            _outcomes[script] = (True, run_script(script, timeout))
+            _outcomes[key] = (True, run_script(script, timeout, args=args))
         except ScriptFailed as exc:
-            _outcomes[script] = (False, str(exc))
-    ok, result = _outcomes[script]
+            _outcomes[key] = (False, str(exc))
+    ok, result = _outcomes[key]
     if not ok:
         again = "" if first else f"{script.name} already failed in this session, not run again:\n"
         pytest.fail(again + result, pytrace=False)

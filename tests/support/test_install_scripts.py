@@ -64,6 +64,57 @@ def test_a_successful_install_runs_once_and_returns_its_stdout(tmp_path: Path) -
     assert runs(counter) == 1
 
 
+def test_an_install_runs_once_per_arguments(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    script = write_script(tmp_path / "install.sh", f'echo "$1" >> {counter}\necho "/opt/tool/$1/bin/tool"\n')
+    assert install_once(script, timeout=30, args=("1.0",)) == "/opt/tool/1.0/bin/tool\n"
+    assert install_once(script, timeout=30, args=("2.0",)) == "/opt/tool/2.0/bin/tool\n"
+    assert install_once(script, timeout=30, args=("1.0",)) == "/opt/tool/1.0/bin/tool\n"
+    assert counter.read_text().splitlines() == ["1.0", "2.0"]
+
+
+FAKE_NPM = """#!/bin/sh
+# `npm install --prefix DIR ... @openai/codex@VERSION`: a `codex` that reports VERSION.
+echo "$*" >> "{log}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift ;;
+    @openai/codex@*) version=${{1#@openai/codex@}} ;;
+  esac
+  shift
+done
+mkdir -p "$prefix/node_modules/.bin"
+printf '#!/bin/sh\\necho "codex-cli %s"\\n' "$version" > "$prefix/node_modules/.bin/codex"
+chmod +x "$prefix/node_modules/.bin/codex"
+"""
+
+
+def test_install_codex_puts_each_version_in_its_own_prefix(tmp_path: Path) -> None:
+    """scripts/install-codex.sh with a fake npm: the current release by default, another by its
+    argument, side by side; an installed version is not installed again; a bad one is refused."""
+    fake_bin, log = tmp_path / "bin", tmp_path / "npm.log"
+    fake_bin.mkdir()
+    (fake_bin / "npm").write_text(FAKE_NPM.format(log=log))
+    (fake_bin / "npm").chmod(0o755)
+    (fake_bin / "node").symlink_to("/bin/true")
+    env = {"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "CODEXGATE_CACHE": str(tmp_path / "cache")}
+
+    def install(*args: str) -> subprocess.CompletedProcess[str]:
+        script = str(REPO_ROOT / "scripts" / "install-codex.sh")
+        return subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    default, older, again = install(), install("0.169.0"), install("0.169.0")
+    cache = tmp_path / "cache" / "codex"
+    assert default.stdout == f"{cache}/0.171.0/node_modules/.bin/codex\n", default.stderr
+    assert older.stdout == again.stdout == f"{cache}/0.169.0/node_modules/.bin/codex\n", older.stderr
+    assert [line.split()[-1] for line in log.read_text().splitlines()] == [
+        "@openai/codex@0.171.0",
+        "@openai/codex@0.169.0",
+    ]
+    bad = install("latest")
+    assert bad.returncode != 0 and "not a release version: 'latest'" in bad.stderr
+
+
 def test_progress_reaches_the_sink_while_the_script_is_still_running(tmp_path: Path) -> None:
     # The script blocks on a FIFO until the sink has seen its first line: progress delivered
     # only at exit would never unblock it (the timeout would kill it instead).

@@ -281,6 +281,7 @@ def test_a_completed_turn_completes_the_response() -> None:
         ("modelNotFound", Code.MODEL_NOT_FOUND),
         ("internalServerError", Code.UPSTREAM_ERROR),
         ("other", Code.UPSTREAM_ERROR),
+        ("bioPolicy", Code.UPSTREAM_ERROR),  # new in 0.171: read as any error it does not name
         ({"httpConnectionFailed": {"httpStatusCode": 502}}, Code.UPSTREAM_ERROR),
         (None, Code.UPSTREAM_ERROR),
     ],

@@ -225,6 +225,8 @@ class GatewayApp:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
                 raise RequestTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+            if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+                raise _unsupported_encoding(value.decode("latin-1"))
         try:
             # A client that sends part of a body and holds the connection open is cut off.
             async with asyncio.timeout(self.body_timeout):
@@ -371,6 +373,19 @@ class GatewayApp:
 def _method_not_allowed(methods: dict[str, Any], scope: Scope) -> InvalidRequest:
     allowed = " or ".join(sorted(methods))
     return InvalidRequest(f"Use {allowed} for {scope['path']}.", code=Code.METHOD_NOT_ALLOWED, status=405)
+
+
+def _unsupported_encoding(encoding: str) -> InvalidRequest:
+    """A compressed request body is refused before it is read. Codex compresses (zstd) only for
+    its built-in OpenAI provider signed in with ChatGPT (codex-contract.md §1.1); a provider
+    that points at codexgate sends plain JSON, so this names the cause instead of a JSON error."""
+    return InvalidRequest(
+        f"The request body is compressed (Content-Encoding: {encoding}); codexgate reads "
+        "uncompressed JSON only. Send it without Content-Encoding (Codex does for a custom "
+        "model provider such as codexgate's profile).",
+        code="unsupported_content_encoding",
+        status=415,
+    )
 
 
 def _resource_path(path: str) -> tuple[str, str]:

@@ -11,9 +11,11 @@
 
 This module only names the methods and shapes the gateway sends or reads, and frames or parses
 one line; it does no I/O (the supervised client is `codexgate.backends.app_server`). Everything
-here was checked on the 0.169.0 binary (see codex-contract.md §8 and §13). Requests are typed
-strictly (they are ours); what the server sends is read leniently: a notification or server
-request of a kind this catalogue does not name is still a valid message, passed on as data.
+here was checked on the 0.169.0 binary (see codex-contract.md §8 and §13), and again on 0.171.0,
+which only adds to it (docs/codex-versions.md). Requests are typed strictly (they are ours); what
+the server sends is read leniently: a notification or server request of a kind this catalogue
+does not name is still a valid message, passed on as data, and fields it does not name (0.171's
+`environmentId` on `mcpToolCall` items, say) are left alone.
 
 Facts the shapes below rely on:
 - `thread/started` carries the thread id inside `params.thread.id`; every other thread-scoped
@@ -191,9 +193,10 @@ PERMISSIONS_APPROVAL: Final = "item/permissions/requestApproval"
 USER_INPUT_REQUEST: Final = "item/tool/requestUserInput"
 MCP_ELICITATION: Final = "mcpServer/elicitation/request"
 
-# Every server request the 0.169 schema lists. A client must answer each one it receives (with a
-# result or a JSON-RPC error): the server never times them out (checked: a dynamic tool call left
-# unanswered for 100 s just waits, then goes on when answered).
+# Every server request the 0.169 schema lists (0.171's lists the same, less `currentTime/read` in
+# its experimental API). A client must answer each one it receives (with a result or a JSON-RPC
+# error): the server never times them out (checked: a dynamic tool call left unanswered for
+# 100 s just waits, then goes on when answered).
 SERVER_REQUEST_METHODS: Final[frozenset[str]] = frozenset(
     {
         TOOL_CALL,
