@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import orjson
 
+from codexgate.errors import InvalidRequest
 from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.messages import (
@@ -21,7 +22,7 @@ from codexgate.translate.messages import (
     translate_input,
 )
 from codexgate.translate.sampling import family_sampling, for_server
-from codexgate.translate.tools import chat_tools, translate_tool_choice
+from codexgate.translate.tools import chat_tool_choice, chat_tools
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -110,7 +111,10 @@ def to_chat_request(
     the same dialect; what the two share is not translated again (the result is the same).
     `known`: the leading input items known equal to that earlier request's (Inbound).
     `keep`: make the checkpoint for the next request (False: it would not be remembered, so
-    neither its copy of the translation nor its encodings are made)."""
+    neither its copy of the translation nor its encodings are made).
+    Raises InvalidRequest for what a chat upstream cannot be given (`_refuse_unhonourable`,
+    a tool choice it cannot honour, an input item or part it could not read)."""
+    _refuse_unhonourable(req)
     tools = tools_of(req)
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
@@ -136,9 +140,10 @@ def to_chat_request(
     body["stream"] = True
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
-    if functions:
-        body["tools"] = functions
-        body["tool_choice"] = translate_tool_choice(req.tool_choice)
+    offered, tool_choice = chat_tool_choice(req.tool_choice, catalogue, functions)
+    if offered:
+        body["tools"] = offered
+        body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:
@@ -147,8 +152,9 @@ def to_chat_request(
         body["temperature"] = req.temperature
     if req.top_p is not None:
         body["top_p"] = req.top_p
-    if req.user is not None:
-        body["user"] = req.user
+    user = req.user if req.user is not None else req.extra.get("safety_identifier")
+    if user is not None:  # the chat field every server knows; `safety_identifier` is its newer name
+        body["user"] = user
     if req.stop:
         body["stop"] = req.stop
     if req.seed is not None:
@@ -162,6 +168,31 @@ def to_chat_request(
     kept = translated.history
     checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
     return ChatRequest(body, catalogue, checkpoint, translated.dropped)
+
+
+# Values of `include` a chat upstream has nothing for: refused. The others name what a
+# Responses server adds to its answer: reasoning's encrypted_content (the gateway always fills
+# it), the results of hosted tools (none runs on a chat upstream), input image URLs (the
+# gateway stores items as sent).
+_UNSERVED_INCLUDES = {
+    "message.output_text.logprobs": "log probabilities are not carried back from a chat upstream",
+}
+
+
+def _refuse_unhonourable(req: ResponsesRequest) -> None:
+    """Raises InvalidRequest for what a chat upstream cannot honour and the answer would
+    silently lack."""
+    for index, value in enumerate(req.extra.get("include") or ()):
+        why = _UNSERVED_INCLUDES.get(value)
+        if why is not None:
+            raise InvalidRequest(
+                f"'include[{index}]' ({value}) cannot be served: {why}.", param=f"include[{index}]"
+            )
+    if req.extra.get("top_logprobs"):
+        raise InvalidRequest(
+            "'top_logprobs' cannot be served: log probabilities are not carried back from a chat upstream.",
+            param="top_logprobs",
+        )
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:
