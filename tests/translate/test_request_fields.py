@@ -114,3 +114,10 @@ def test_a_codex_request_is_translated_whole() -> None:
         "exec_command", "write_stdin", "apply_patch", "multi_agent_v1__spawn_agent",
         "multi_agent_v1__wait_agent", "tool_search",
     ]  # fmt: skip
+
+
+def test_a_strict_function_stays_strict() -> None:
+    strict = {**READ, "strict": True}
+    chat_shape = {"type": "function", "function": {"name": "w", "parameters": {}, "strict": True}}
+    body = chat(tools=[strict, chat_shape, {**WRITE, "strict": False}])
+    assert [tool["function"].get("strict") for tool in body["tools"]] == [True, True, None]

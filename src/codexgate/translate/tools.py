@@ -30,7 +30,16 @@ def _chat_tool(spec: ToolSpec) -> dict[str, Any]:
     if description:
         function["description"] = description
     function["parameters"] = spec.parameters
+    if spec.kind == "function" and _is_strict(spec.source):
+        function["strict"] = True  # the client asked the server to hold the model to the schema
     return {"type": "function", "function": function}
+
+
+def _is_strict(tool: Any) -> bool:
+    if not tool:
+        return False
+    chat_shape = tool.get("function")
+    return tool.get("strict") is True or (isinstance(chat_shape, dict) and chat_shape.get("strict") is True)
 
 
 def chat_tools(catalogue: ToolCatalogue) -> list[dict[str, Any]]:
