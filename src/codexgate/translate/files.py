@@ -43,7 +43,7 @@ from codexgate.errors import Code, InvalidRequest
 if TYPE_CHECKING:
     from pypdf import PdfReader
 
-__all__ = ["MAX_FILE_BYTES", "MAX_FILE_CHARS", "MAX_PDF_PAGES", "file_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_FILE_CHARS", "MAX_PDF_PAGES", "check_file_part", "file_text"]
 
 MAX_FILE_BYTES = 10 * 1024 * 1024  # decoded bytes of one file
 MAX_PDF_PAGES = 100
@@ -89,17 +89,25 @@ _NAME_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 _NAME_CHARS = 200
 
 
+def check_file_part(part: Mapping[str, Any], param: str) -> str:
+    """The `file_data` of the `input_file` part at `param`, without reading it (cheap: for a
+    whole history checked every turn). Raises InvalidRequest for a part that names its file
+    in a way the gateway cannot follow, or not at all."""
+    data = part.get("file_data")
+    if data:
+        return str(data)
+    if part.get("file_id"):
+        _refuse(param, "names a file_id, and the gateway has no files API; send the file in 'file_data'")
+    if part.get("file_url"):
+        _refuse(param, "names a file_url, and the gateway fetches nothing; send the file in 'file_data'")
+    raise InvalidRequest(f"Missing required parameter: '{param}.file_data'.", param=f"{param}.file_data")
+
+
 def file_text(part: Mapping[str, Any], param: str) -> str:
     """The text block a model reads for the `input_file` part at `param` (validated on input:
     its fields are strings when present). Raises InvalidRequest naming the part for a file
     that cannot be read as text or is past a bound."""
-    data = part.get("file_data")
-    if not data:
-        if part.get("file_id"):
-            _refuse(param, "names a file_id, and the gateway has no files API; send the file in 'file_data'")
-        if part.get("file_url"):
-            _refuse(param, "names a file_url, and the gateway fetches nothing; send the file in 'file_data'")
-        raise InvalidRequest(f"Missing required parameter: '{param}.file_data'.", param=f"{param}.file_data")
+    data = check_file_part(part, param)
     name = _display_name(part.get("filename"))
     media_type, charset, raw = _decode(data, param)
     kind = _kind(media_type, part.get("filename"), raw, param)

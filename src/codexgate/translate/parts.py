@@ -21,13 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 from codexgate.errors import InvalidRequest
-from codexgate.translate.files import file_text
+from codexgate.translate.files import check_file_part, file_text
 from codexgate.translate.items import is_opaque
 
-__all__ = ["TEXT_PARTS", "chat_content", "text_of_parts"]
+__all__ = ["TEXT_PARTS", "chat_content", "check_parts", "checked_kind", "image_url", "text_of_parts"]
 
 # Parts whose `text` is their content.
 TEXT_PARTS = frozenset(("input_text", "output_text", "text", "summary_text", "reasoning_text"))
+# Parts whose text is in another field: Codex copies text a model wrote into
+# `encrypted_content` (multi-agent v2), read unless it is a real blob (OpenAI's).
+_TEXT_FIELDS = {"refusal": "refusal", "encrypted_content": "encrypted_content"}
 _NO_CHAT_FORM = {
     "input_audio": "audio",
     "input_video": "video",
@@ -43,36 +46,57 @@ def chat_content(parts: list[Any], param: str, *, images: bool) -> tuple[str, li
     found: list[dict[str, Any]] = []
     for index, part in enumerate(parts):
         part_param = f"{param}[{index}]"
-        kind = part.get("type")  # parts are objects with a string or no type (wire/responses.py)
-        if kind in TEXT_PARTS:
-            texts.append(_required_text(part, "text", part_param))
-        elif kind == "refusal":
-            texts.append(_required_text(part, "refusal", part_param))
+        kind = checked_kind(part, part_param, images=images)
+        if kind == "input_image":
+            found.append(_image(part))
         elif kind == "input_file":
             texts.append(file_text(part, part_param))
-        elif kind == "input_image":
-            if not images:
-                raise InvalidRequest(
-                    f"'{part_param}' is an image, which a chat upstream takes only in user messages and "
-                    "tool outputs; send it in a user message.",
-                    param=part_param,
-                )
-            found.append(_image(part, part_param))
-        elif kind == "encrypted_content":
-            texts.append(_readable_blob(part, part_param))
-        elif kind is None:
-            raise InvalidRequest(
-                f"Missing required parameter: '{part_param}.type'.", param=f"{part_param}.type"
-            )
         else:
-            what = _NO_CHAT_FORM.get(kind)
-            why = f"is {what}, which" if what else f"is '{kind[:80]}', a content part type that"
-            raise InvalidRequest(
-                f"'{part_param}.type' {why} codexgate cannot give this model; expected input_text, "
-                "input_image, input_file, output_text or refusal.",
-                param=f"{part_param}.type",
-            )
+            texts.append(part[_TEXT_FIELDS.get(kind, "text")])
     return "\n".join(texts), found
+
+
+def check_parts(parts: list[Any], param: str, *, images: bool) -> None:
+    """What `chat_content` would refuse, files aside (they are not read: cheap enough for a
+    whole history every turn, for a backend that sends only what is new). Raises
+    InvalidRequest naming the part."""
+    for index, part in enumerate(parts):
+        checked_kind(part, f"{param}[{index}]", images=images)
+
+
+def checked_kind(part: dict[str, Any], param: str, *, images: bool) -> str:
+    """The type of the part at `param` once it is known to be carried: its text field is a
+    string, an image has a URL, a file its data, a blob is readable. Raises InvalidRequest
+    naming what is wrong."""
+    kind = part.get("type")  # parts are objects with a string or no type (wire/responses.py)
+    if kind in TEXT_PARTS or kind in _TEXT_FIELDS:
+        _required_text(part, _TEXT_FIELDS.get(kind, "text"), param)
+        if kind == "encrypted_content" and is_opaque(part["encrypted_content"]):
+            raise InvalidRequest(
+                f"'{param}.encrypted_content' is encrypted by another server; this model cannot read it.",
+                param=f"{param}.encrypted_content",
+            )
+    elif kind == "input_file":
+        check_file_part(part, param)
+    elif kind == "input_image":
+        if not images:
+            raise InvalidRequest(
+                f"'{param}' is an image, which this upstream takes only in user messages and tool outputs; "
+                "send it in a user message.",
+                param=param,
+            )
+        _check_image(part, param)
+    elif kind is None:
+        raise InvalidRequest(f"Missing required parameter: '{param}.type'.", param=f"{param}.type")
+    else:
+        what = _NO_CHAT_FORM.get(kind)
+        why = f"is {what}, which" if what else f"is '{kind[:80]}', a content part type that"
+        raise InvalidRequest(
+            f"'{param}.type' {why} codexgate cannot give this model; expected input_text, input_image, "
+            "input_file, output_text or refusal.",
+            param=f"{param}.type",
+        )
+    return str(kind)
 
 
 def text_of_parts(parts: Any) -> str:
@@ -85,38 +109,34 @@ def text_of_parts(parts: Any) -> str:
     return "\n".join(texts)
 
 
-def _required_text(part: dict[str, Any], name: str, param: str) -> str:
-    text = part.get(name)
-    if not isinstance(text, str):
+def _required_text(part: dict[str, Any], name: str, param: str) -> None:
+    if not isinstance(part.get(name), str):
         raise InvalidRequest(f"Missing required parameter: '{param}.{name}'.", param=f"{param}.{name}")
-    return text
 
 
-def _image(part: dict[str, Any], param: str) -> dict[str, Any]:
+def image_url(part: dict[str, Any]) -> str | None:
+    """An `input_image` part's URL (a string, or the Chat Completions shape `{"url": ...}`)."""
     url = part.get("image_url")
-    if isinstance(url, dict):  # the Chat Completions shape, {"url": ...}
+    if isinstance(url, dict):
         url = url.get("url")
-    if not isinstance(url, str) or not url:
-        if part.get("file_id"):
-            raise InvalidRequest(
-                f"'{param}' names a file_id, and the gateway has no files API; send the image as a URL or "
-                "a data: URL in 'image_url'.",
-                param=param,
-            )
-        raise InvalidRequest(f"Missing required parameter: '{param}.image_url'.", param=f"{param}.image_url")
-    image: dict[str, Any] = {"url": url}
+    return url if isinstance(url, str) and url else None
+
+
+def _check_image(part: dict[str, Any], param: str) -> None:
+    if image_url(part) is not None:
+        return
+    if part.get("file_id"):
+        raise InvalidRequest(
+            f"'{param}' names a file_id, and the gateway has no files API; send the image as a URL or a "
+            "data: URL in 'image_url'.",
+            param=param,
+        )
+    raise InvalidRequest(f"Missing required parameter: '{param}.image_url'.", param=f"{param}.image_url")
+
+
+def _image(part: dict[str, Any]) -> dict[str, Any]:
+    """A checked `input_image` part in chat form."""
+    image: dict[str, Any] = {"url": image_url(part)}
     if part.get("detail") in ("low", "high", "auto"):
         image["detail"] = part["detail"]
     return {"type": "image_url", "image_url": image}
-
-
-def _readable_blob(part: dict[str, Any], param: str) -> str:
-    """Codex copies text a model wrote into `encrypted_content` (multi-agent v2): read it; a
-    real blob (OpenAI's) no other model can read."""
-    blob = _required_text(part, "encrypted_content", param)
-    if is_opaque(blob):
-        raise InvalidRequest(
-            f"'{param}.encrypted_content' is encrypted by another server and cannot be read by this model.",
-            param=f"{param}.encrypted_content",
-        )
-    return blob
