@@ -68,17 +68,6 @@ def test_a_tool_choice_a_chat_upstream_cannot_honour_is_refused(tools: list[Any]
     assert refused_param(tools=tools, tool_choice=choice) == param
 
 
-@pytest.mark.parametrize(
-    "fields,param",
-    [
-        ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include[1]"),
-        ({"top_logprobs": 5}, "top_logprobs"),
-    ],
-)
-def test_what_the_answer_would_silently_lack_is_refused(fields: dict[str, Any], param: str) -> None:
-    assert refused_param(**fields) == param
-
-
 def test_safety_identifier_is_sent_as_the_chat_user_unless_user_is_set() -> None:
     assert chat(safety_identifier="hash-1")["user"] == "hash-1"
     assert chat(safety_identifier="hash-1", user="u")["user"] == "u"

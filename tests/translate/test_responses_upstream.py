@@ -74,7 +74,7 @@ def test_the_body_streams_unstored_with_the_fields_a_responses_server_takes() ->
 
 
 def test_include_only_when_reasoning_is_asked_and_the_clients_include_is_not_passed() -> None:
-    body = upstream({"model": "m", "input": "hi", "include": ["message.output_text.logprobs"]}).body
+    body = upstream({"model": "m", "input": "hi", "include": ["web_search_call.results"]}).body
     assert "include" not in body and "reasoning" not in body
 
 

@@ -100,6 +100,17 @@ def test_fields_without_a_canonical_slot_are_still_type_checked(fields: dict[str
 
 
 @pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include[1]"),
+        ({"top_logprobs": 5}, "top_logprobs"),
+    ],
+)
+def test_logprobs_no_backend_carries_back_are_refused_not_left_out(fields: dict[str, Any], param: str) -> None:
+    assert refused_param(body(**fields)) == param
+
+
+@pytest.mark.parametrize(
     "part,param",
     [
         ({"type": "input_file", "file_data": 5}, "input[0].content[0].file_data"),

@@ -11,7 +11,6 @@ from typing import Any, cast
 
 import orjson
 
-from codexgate.errors import InvalidRequest
 from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.messages import (
@@ -112,9 +111,8 @@ def to_chat_request(
     `known`: the leading input items known equal to that earlier request's (Inbound).
     `keep`: make the checkpoint for the next request (False: it would not be remembered, so
     neither its copy of the translation nor its encodings are made).
-    Raises InvalidRequest for what a chat upstream cannot be given (`_refuse_unhonourable`,
-    a tool choice it cannot honour, an input item or part it could not read)."""
-    _refuse_unhonourable(req)
+    Raises InvalidRequest for what a chat upstream cannot be given (a tool choice it cannot
+    honour, an input item or part it could not read)."""
     tools = tools_of(req)
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
@@ -168,31 +166,6 @@ def to_chat_request(
     kept = translated.history
     checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
     return ChatRequest(body, catalogue, checkpoint, translated.dropped)
-
-
-# Values of `include` a chat upstream has nothing for: refused. The others name what a
-# Responses server adds to its answer: reasoning's encrypted_content (the gateway always fills
-# it), the results of hosted tools (none runs on a chat upstream), input image URLs (the
-# gateway stores items as sent).
-_UNSERVED_INCLUDES = {
-    "message.output_text.logprobs": "log probabilities are not carried back from a chat upstream",
-}
-
-
-def _refuse_unhonourable(req: ResponsesRequest) -> None:
-    """Raises InvalidRequest for what a chat upstream cannot honour and the answer would
-    silently lack."""
-    for index, value in enumerate(req.extra.get("include") or ()):
-        why = _UNSERVED_INCLUDES.get(value)
-        if why is not None:
-            raise InvalidRequest(
-                f"'include[{index}]' ({value}) cannot be served: {why}.", param=f"include[{index}]"
-            )
-    if req.extra.get("top_logprobs"):
-        raise InvalidRequest(
-            "'top_logprobs' cannot be served: log probabilities are not carried back from a chat upstream.",
-            param="top_logprobs",
-        )
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

@@ -108,6 +108,14 @@ _TYPED_EXTRAS: dict[str, type | tuple[type, ...]] = {
     "frequency_penalty": NUMBER,
     "logit_bias": dict,
 }
+# Values of `include` that ask for what no backend of the gateway carries back: refused, since
+# the answer would lack it in silence. The others name what a Responses server adds to its
+# answer: reasoning's encrypted_content (the gateway always fills it), results of hosted tools,
+# input image URLs (the gateway stores items as sent); unknown values are passed over, as
+# unknown fields are.
+_UNSERVED_INCLUDES = {
+    "message.output_text.logprobs": "log probabilities are not carried back by the gateway",
+}
 _TOOL_CHOICES = frozenset(("none", "auto", "required"))
 _TEXT_FORMATS = frozenset(("text", "json_schema", "json_object"))
 _CUSTOM_FORMATS = frozenset(("text", "grammar"))
@@ -492,12 +500,22 @@ def _validate_extras(data: dict[str, Any]) -> None:
     include = data.get("include")
     for index, value in enumerate(include or ()):
         check_type(value, str, f"include[{index}]")
+        why = _UNSERVED_INCLUDES.get(value)
+        if why is not None:
+            param = f"include[{index}]"
+            raise InvalidRequest(f"'{param}' ({value}) is not supported: {why}.", param=param)
     truncation = data.get("truncation")
     if truncation is not None and truncation not in ("auto", "disabled"):
         raise InvalidRequest("Invalid value for 'truncation': expected auto or disabled.", param="truncation")
     top_logprobs = data.get("top_logprobs")
     if top_logprobs is not None and not 0 <= top_logprobs <= 20:
         raise InvalidRequest("'top_logprobs' must be between 0 and 20.", param="top_logprobs")
+    if top_logprobs:
+        raise InvalidRequest(
+            "'top_logprobs' is not supported: log probabilities are not carried back by the gateway; "
+            "send 0 or leave it out.",
+            param="top_logprobs",
+        )
     max_tool_calls = data.get("max_tool_calls")
     if max_tool_calls is not None and max_tool_calls < 1:
         raise InvalidRequest("'max_tool_calls' must be at least 1.", param="max_tool_calls")
