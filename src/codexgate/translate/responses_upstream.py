@@ -1,7 +1,7 @@
 """Canonical request -> the body a Responses upstream takes. Pure: no I/O, no clock.
 
 The canonical request is already a Responses request, so most of it goes upstream as it is;
-what this module does is repair what such servers reject (the README's "Item kinds" table for
+what this module does is repair what such servers reject (the table of docs/backends.md for
 Responses upstreams is the summary of it):
 
 - Codex's own fields (`client_metadata`, reasoning `context`, unknown keys on items such as
