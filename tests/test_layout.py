@@ -57,15 +57,16 @@ def test_the_embedded_models_process_imports_nothing_of_the_gateway() -> None:
 
 
 def test_serving_loads_no_library_that_only_some_requests_need() -> None:
-    """lark with regex (grammar checks), jsonschema (argument checks) and rich (doctor's
-    display) are imported on first use: some 11 MB a gateway otherwise holds from its start
-    (bench/under_load.py: memory)."""
+    """lark with regex (grammar checks), jsonschema (argument checks), rich (doctor's display)
+    and pypdf (PDF input files, some 14 MB more) are imported on first use: some 25 MB a gateway
+    otherwise holds from its start (bench/under_load.py: memory)."""
     import subprocess
     import sys
 
     code = (
         "import sys, codexgate.cli, codexgate.app, codexgate.server.serve\n"
-        "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich') if m in sys.modules))"
+        "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich', 'pypdf')"
+        " if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == ""

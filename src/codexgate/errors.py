@@ -31,6 +31,9 @@ class Code:
     NO_UPSTREAM = "no_upstream_configured"
     EMBEDDED_MODEL_STARTING = "embedded_model_starting"  # 503 while the embedded model builds
     REQUEST_TOO_LARGE = "request_too_large"
+    UNSUPPORTED_FILE = "unsupported_file"  # an input_file the gateway cannot turn into text
+    FILE_WITHOUT_TEXT = "file_without_text"  # a PDF with no text layer (a scan)
+    FILE_TOO_LARGE = "file_too_large"  # past the bytes, pages or characters a file may have
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL = "internal_error"

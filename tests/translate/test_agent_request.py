@@ -5,6 +5,7 @@ be given. Pure: the answers that get filed are made by a real turn fed by the re
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from codexgate.translate.chat_chunks import chat_completion
 from codexgate.translate.from_chat import parse_chat_request
 from codexgate.wire.responses import Item, ResponsesRequest, parse_request
 from tests.support.openresponses import validate_stream
+from tests.support.pdfs import text_pdf
 from tests.support.turns import make_turn
 
 JSON = dict[str, Any]
@@ -487,3 +489,67 @@ def test_output_schema_of_each_text_format() -> None:
         FIRST, response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}}
     )
     assert output_schema(by_chat) == SCHEMA
+
+
+# -- files and content parts: Codex takes text and images, so a file is its text
+
+
+def file_part(text: str, filename: str = "notes.txt") -> JSON:
+    encoded = base64.b64encode(text.encode()).decode()
+    return {"type": "input_file", "filename": filename, "file_data": f"data:text/plain;base64,{encoded}"}
+
+
+def test_files_reach_codex_as_text_in_the_turn_the_history_and_tool_results() -> None:
+    pdf = "data:application/pdf;base64," + base64.b64encode(text_pdf([["Signed in 1648."]])).decode()
+    items: list[JSON] = [
+        {"role": "user", "content": [{"type": "input_text", "text": "keep"}, file_part("old notes")]},
+        {"role": "assistant", "content": "Kept."},
+        {"role": "user", "content": [{"type": "input_text", "text": "when?"},
+                                     {"type": "input_file", "filename": "h.pdf", "file_data": pdf}]},
+    ]  # fmt: skip
+    req = responses(items)
+    history, turn = opening(read_agent_ask(req, MODEL), req.input)
+    assert history[0]["content"] == [
+        {"type": "input_text", "text": "keep"},
+        {"type": "input_text", "text": "--- file: notes.txt ---\nold notes\n--- end of notes.txt ---"},
+    ]
+    assert turn == [
+        {
+            "type": "text",
+            "text": "when?\n--- file: h.pdf (PDF, 1 page) ---\n[page 1]\nSigned in 1648.\n--- end of h.pdf ---",
+            "text_elements": [],
+        }
+    ]
+    result = {"type": "function_call_output", "call_id": "c1", "output": [file_part("a,b", "t.csv")]}
+    assert tool_result(result, "input[4].output")["contentItems"] == [
+        {"type": "inputText", "text": "--- file: t.csv ---\na,b\n--- end of t.csv ---"}
+    ]
+
+
+def test_a_file_that_cannot_be_read_is_refused_naming_its_place_in_the_request() -> None:
+    items: list[JSON] = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}]},
+    ]  # fmt: skip
+    asked = follow_up(items[2:], ["c1"], 2)
+    assert asked is not None
+    with pytest.raises(InvalidRequest) as info:
+        tool_result(asked.results["c1"], asked.where["c1"])
+    assert info.value.param == "input[2].output[0]" and info.value.code == Code.UNSUPPORTED_FILE
+
+
+@pytest.mark.parametrize(
+    "item,param",
+    [
+        ({"role": "user", "content": [{"type": "input_txt", "text": "typo"}]}, "input[1].content[0].type"),
+        ({"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}, "input[1].content[0]"),
+        ({"role": "assistant", "content": [{"type": "input_image", "image_url": IMAGE}]}, "input[1].content[0]"),
+        ({"type": "function_call_output", "call_id": "c", "output": [{"text": "no type"}]}, "input[1].output[0].type"),
+    ],
+)
+def test_a_part_codex_would_not_get_is_refused_before_anything_is_sent(item: JSON, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        read_agent_ask(responses([{"role": "user", "content": "hi"}, item]), MODEL)
+    assert info.value.param == param

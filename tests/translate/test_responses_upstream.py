@@ -74,7 +74,7 @@ def test_the_body_streams_unstored_with_the_fields_a_responses_server_takes() ->
 
 
 def test_include_only_when_reasoning_is_asked_and_the_clients_include_is_not_passed() -> None:
-    body = upstream({"model": "m", "input": "hi", "include": ["message.output_text.logprobs"]}).body
+    body = upstream({"model": "m", "input": "hi", "include": ["web_search_call.results"]}).body
     assert "include" not in body and "reasoning" not in body
 
 
@@ -146,12 +146,33 @@ def test_native_format_sends_the_tools_as_the_client_did() -> None:
         ({"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
          {"type": "function", "name": "multi_agent_v1__spawn_agent"}),
         ({"type": "custom", "name": "apply_patch"}, {"type": "function", "name": "apply_patch"}),
-        ({"type": "allowed_tools", "mode": "required", "tools": []}, "required"),
-        ({"type": "web_search"}, "auto"),
+        ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "custom", "name": "apply_patch"}]},
+         "required"),
     ],
 )  # fmt: skip
 def test_functions_format_names_the_chosen_tool_by_its_flat_name(choice: Any, expected: Any) -> None:
     assert upstream(codex_body(tool_choice=choice)).body["tool_choice"] == expected
+    assert upstream(codex_body(tool_choice=choice), "native").body["tool_choice"] == choice
+
+
+def test_functions_format_offers_only_the_tools_allowed_tools_allows() -> None:
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "exec_command"}]}
+    body = upstream(codex_body(tool_choice=choice)).body
+    assert [tool["name"] for tool in body["tools"]] == ["exec_command"] and body["tool_choice"] == "auto"
+
+
+@pytest.mark.parametrize(
+    ("choice", "param"),
+    [
+        ({"type": "web_search"}, "tool_choice.type"),
+        ({"type": "function", "name": "not_offered"}, "tool_choice.name"),
+        ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]}, "tool_choice.tools"),
+    ],
+)
+def test_functions_format_refuses_a_choice_of_a_tool_not_offered(choice: Any, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        upstream(codex_body(tool_choice=choice))
+    assert info.value.param == param
     assert upstream(codex_body(tool_choice=choice), "native").body["tool_choice"] == choice
 
 

@@ -123,9 +123,9 @@ class CodexCall:
         # An AppServerError raised here is a GatewayError (502) naming what the app-server said.
         if found is not None:
             thread, known = found
-            asked = follow_up(items[known:], thread.pending)
+            asked = follow_up(items[known:], thread.pending, known)
             if asked is not None:
-                await self._continue(thread, asked.results, asked.turn)
+                await self._continue(thread, asked.results, asked.turn, asked.where)
                 return
         threads.refuse_expired(caller, items)
         await self._start(threads)
@@ -158,13 +158,22 @@ class CodexCall:
         self._ready(thread)
 
     async def _continue(
-        self, thread: AgentThread, results: Mapping[str, Any], turn_input: list[UserInput]
+        self,
+        thread: AgentThread,
+        results: Mapping[str, Any],
+        turn_input: list[UserInput],
+        where: Mapping[str, str],
     ) -> None:
-        """The request continues `thread`: results for its waiting calls, then maybe input."""
+        """The request continues `thread`: results for its waiting calls, then maybe input.
+        `where`: each result's place in the request, for errors."""
+        # Read first: a file that cannot be read is a 400 that leaves the thread as it was.
+        answers = {
+            call_id: tool_result(item, where.get(call_id, "output")) for call_id, item in results.items()
+        }
         thread.busy = True
         try:
-            for call_id, item in results.items():
-                thread.answer(call_id, tool_result(item))
+            for call_id, answer in answers.items():
+                thread.answer(call_id, answer)
             if turn_input:
                 await self._begin_turn(thread, turn_input)  # steered into a waiting turn
                 # The client went on without running these: the turn must not wait for them.

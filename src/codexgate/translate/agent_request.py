@@ -30,7 +30,9 @@ from codexgate.translate.catalogue import (
     flat_name,
     request_tools,
 )
+from codexgate.translate.files import file_text
 from codexgate.translate.items import local_shell_arguments
+from codexgate.translate.parts import check_parts, image_url
 from codexgate.wire.app_server import DynamicFunctionTool, DynamicToolCallResult, DynamicToolOutput, UserInput
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -92,17 +94,19 @@ class FollowUp:
 
     results: dict[str, Item] = field(default_factory=dict)  # call id -> its output item
     turn: list[UserInput] = field(default_factory=list)
+    where: dict[str, str] = field(default_factory=dict)  # call id -> its output's place (errors)
 
 
 def read_agent_ask(req: ResponsesRequest, upstream_model: str) -> AgentAsk:
     """Raises InvalidRequest for what Codex cannot be given, naming the field."""
     _refuse_unhonourable(req)
+    _check_contents(req.input)
     catalogue = catalogue_of(request_tools(req.tools, req.input))
     opening = 0
     parts = [req.instructions] if req.instructions else []
-    for item in req.input:
+    for index, item in enumerate(req.input):
         if _kind(item) == "message" and item.get("role") in ("system", "developer"):
-            parts.append(_text(item.get("content")))
+            parts.append(_content_text(item.get("content"), f"input[{index}].content"))
             opening += 1
         else:
             break
@@ -137,21 +141,23 @@ def chain_of(root: int, items: list[Item], start: int = 0) -> list[tuple[int, in
     return chain
 
 
-def follow_up(items: list[Item], pending: Iterable[str]) -> FollowUp | None:
-    """What `items` (those after a thread's filed chain) ask of it, or None when they cannot
-    continue it (an assistant message, a call, a result for a call it does not wait on): then
-    a new thread is made."""
+def follow_up(items: list[Item], pending: Iterable[str], start: int = 0) -> FollowUp | None:
+    """What `items` (those after a thread's filed chain, the first being input[start]) ask of
+    it, or None when they cannot continue it (an assistant message, a call, a result for a call
+    it does not wait on): then a new thread is made. Raises InvalidRequest for a file in them
+    that cannot be read as text."""
     waiting = set(pending)
     asked = FollowUp()
-    for item in items:
+    for index, item in enumerate(items, start):
         kind = _kind(item)
         if kind in _OUTPUT_KINDS:
             call_id = item.get("call_id")
             if asked.turn or call_id not in waiting:
                 return None
             asked.results[call_id] = item
+            asked.where[call_id] = f"input[{index}].output"
         elif kind == "message" and item.get("role") in ("user", "system", "developer"):
-            asked.turn.extend(_turn_input(item))
+            asked.turn.extend(_turn_input(item, f"input[{index}]"))
         elif _key(item) is not None:
             return None
     if not asked.results and not asked.turn:
@@ -162,32 +168,34 @@ def follow_up(items: list[Item], pending: Iterable[str]) -> FollowUp | None:
 def opening(ask: AgentAsk, items: list[Item]) -> tuple[list[Item], list[UserInput]]:
     """A new thread for the whole request: the history to inject (Responses items Codex reads)
     and the input of its first turn (the trailing user messages, or a request to go on from
-    trailing tool results)."""
+    trailing tool results). Raises InvalidRequest for a file that cannot be read as text."""
     end = len(items)
     while (
         end > ask.opening and _kind(items[end - 1]) == "message" and items[end - 1].get("role") != "assistant"
     ):
         end -= 1
     turn: list[UserInput] = []
-    for item in items[end:]:
-        turn.extend(_turn_input(item))
-    history = history_items(items[ask.opening : end])
+    for index in range(end, len(items)):
+        turn.extend(_turn_input(items[index], f"input[{index}]"))
+    history = history_items(items[ask.opening : end], ask.opening)
     if not turn:
         turn = [{"type": "text", "text": CONTINUE_AFTER_RESULTS, "text_elements": []}]
     return history, turn
 
 
-def history_items(items: Iterable[Item]) -> list[Item]:
-    """Earlier turns as Responses items Codex replays to its model: messages, and the client's
-    tool calls under the flat names its tools were offered by, with their results. Reasoning
-    and items of other kinds are not replayed (another server produced them)."""
+def history_items(items: Iterable[Item], start: int = 0) -> list[Item]:
+    """Earlier turns as Responses items Codex replays to its model: messages (their files as
+    text), and the client's tool calls under the flat names its tools were offered by, with
+    their results. Reasoning and items of other kinds are not replayed (another server produced
+    them). `start`: the first item's index in the request. Raises InvalidRequest for a file
+    that cannot be read as text."""
     out: list[Item] = []
-    for item in items:
+    for index, item in enumerate(items, start):
         kind = _kind(item)
         if kind == "message":
             role = item.get("role")
             if role == "assistant":
-                text = _text(item.get("content"))
+                text = _content_text(item.get("content"), f"input[{index}].content")
                 out.append(
                     {
                         "type": "message",
@@ -196,7 +204,7 @@ def history_items(items: Iterable[Item]) -> list[Item]:
                     }
                 )
             else:
-                content = _input_parts(item.get("content"))
+                content = _input_parts(item.get("content"), f"input[{index}].content")
                 out.append(
                     {"type": "message", "role": "user" if role == "user" else "developer", "content": content}
                 )
@@ -212,9 +220,8 @@ def history_items(items: Iterable[Item]) -> list[Item]:
             shell = {"name": dynamic_name(LOCAL_SHELL_NAME), "arguments": local_shell_arguments(item)}
             out.append({"type": "function_call", "call_id": item["call_id"], **shell})
         elif kind in _OUTPUT_KINDS:
-            out.append(
-                {"type": "function_call_output", "call_id": item["call_id"], "output": output_text(item)}
-            )
+            output = _output_for_model(item, f"input[{index}].output")
+            out.append({"type": "function_call_output", "call_id": item["call_id"], "output": output})
     return out
 
 
@@ -245,8 +252,8 @@ def dynamic_tools(ask: AgentAsk, req: ResponsesRequest) -> list[DynamicFunctionT
 
 
 def output_text(item: Item) -> str:
-    """A tool result's text (an array of parts is joined; images are named, not carried; the
-    tools a client-side tool search found, as JSON)."""
+    """A tool result's text as a key reads it (an array of parts is joined; images and files
+    are not read; the tools a client-side tool search found, as JSON)."""
     if _kind(item) == "tool_search_output":
         return orjson.dumps(item.get("tools") or []).decode()
     output = item.get("output")
@@ -255,19 +262,33 @@ def output_text(item: Item) -> str:
     return _text(output)
 
 
-def tool_result(item: Item) -> DynamicToolCallResult:
-    """A client's tool result as the answer to Codex's `item/tool/call`: its text, and its
-    images when it has them."""
+def _output_for_model(item: Item, param: str) -> str:
+    """`output_text`, with the text of the files in it (checked by `_check_contents`)."""
+    output = item.get("output")
+    if _kind(item) == "tool_search_output" or not isinstance(output, list):
+        return output_text(item)
+    return _content_text(output, param)
+
+
+def tool_result(item: Item, param: str = "output") -> DynamicToolCallResult:
+    """A client's tool result as the answer to Codex's `item/tool/call`: its texts, files and
+    images in order (parts checked by `_check_contents`). `param`: where the output is in the
+    request. Raises InvalidRequest for a file that cannot be read as text."""
     output = item.get("output")
     content: list[DynamicToolOutput] = []
     if isinstance(output, list):
-        for part in output:
+        for index, part in enumerate(output):
             if not isinstance(part, dict):
                 continue
-            if isinstance(part.get("text"), str):
-                content.append({"type": "inputText", "text": part["text"]})
-            elif part.get("type") == "input_image" and isinstance(part.get("image_url"), str):
-                content.append({"type": "inputImage", "imageUrl": part["image_url"]})
+            kind = part.get("type")
+            if kind == "input_image":
+                url = image_url(part)
+                if url is not None:
+                    content.append({"type": "inputImage", "imageUrl": url})
+            elif kind == "input_file":
+                content.append({"type": "inputText", "text": file_text(part, f"{param}[{index}]")})
+            elif isinstance(text := _part_text(part), str):
+                content.append({"type": "inputText", "text": text})
     else:
         content.append({"type": "inputText", "text": output_text(item)})
     return {"contentItems": content, "success": True}
@@ -365,35 +386,81 @@ def _text(content: Any) -> str:
     return "".join(texts)
 
 
-def _input_parts(content: Any) -> list[dict[str, Any]]:
+def _part_text(part: dict[str, Any]) -> str | None:
+    """The text a text-bearing part carries (`text`, a refusal, plain text Codex copied into
+    `encrypted_content`; `_check_contents` refused opaque blobs), or None."""
+    for name in ("text", "refusal", "encrypted_content"):
+        if isinstance(part.get(name), str):
+            return str(part[name])
+    return None
+
+
+def _content_text(content: Any, param: str) -> str:
+    """What the model reads of a message's content or a tool output (`param` names it): its
+    text as `_text` reads it, then each readable blob's and each file's text, a line apart.
+    Raises InvalidRequest for a file that cannot be read as text."""
+    text = _text(content)
+    if not isinstance(content, list):
+        return text
+    more: list[str] = []
+    for index, part in enumerate(content):
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "input_file":
+            more.append(file_text(part, f"{param}[{index}]"))
+        elif part.get("type") == "encrypted_content" and isinstance(part.get("encrypted_content"), str):
+            more.append(part["encrypted_content"])
+    return "\n".join(t for t in (text, *more) if t)
+
+
+def _input_parts(content: Any, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "input_text", "text": content}]
     parts: list[dict[str, Any]] = []
-    for part in content or ():
+    for index, part in enumerate(content or ()):
         if not isinstance(part, dict):
             continue
-        if isinstance(part.get("text"), str):
-            parts.append({"type": "input_text", "text": part["text"]})
-        elif part.get("type") == "input_image" and part.get("image_url"):
-            parts.append({"type": "input_image", "image_url": part["image_url"]})
+        kind = part.get("type")
+        if kind == "input_image":
+            url = image_url(part)
+            if url is not None:
+                parts.append({"type": "input_image", "image_url": url})
+        elif kind == "input_file":
+            parts.append({"type": "input_text", "text": file_text(part, f"{param}[{index}]")})
+        elif isinstance(text := _part_text(part), str):
+            parts.append({"type": "input_text", "text": text})
     return parts
 
 
-def _turn_input(item: Item) -> list[UserInput]:
-    """A user message as turn input; a system or developer one as marked text."""
+def _turn_input(item: Item, param: str) -> list[UserInput]:
+    """A user message as turn input; a system or developer one as marked text. `param`: the
+    item's place in the request. Raises InvalidRequest for a file that cannot be read."""
     content = item.get("content")
     prefix = LATE_INSTRUCTIONS if item.get("role") != "user" else ""
     inputs: list[UserInput] = []
-    text = _text(content)
+    text = _content_text(content, f"{param}.content")
     if text:
         inputs.append({"type": "text", "text": prefix + text, "text_elements": []})
     if isinstance(content, list):
         for part in content:
             if isinstance(part, dict) and part.get("type") == "input_image":
-                url = part.get("image_url")
-                if isinstance(url, str) and url:
+                url = image_url(part)
+                if url is not None:
                     inputs.append({"type": "image", "url": url})
     return inputs
+
+
+def _check_contents(items: list[Item]) -> None:
+    """Every part of every message and tool output is one Codex can be given (files are not
+    read here: the whole history passes here every turn, and only new items are sent). Images
+    only from users and tools: Codex's instructions and replayed answers are text. Raises
+    InvalidRequest naming the part."""
+    for index, item in enumerate(items):
+        kind = _kind(item)
+        if kind == "message" and isinstance(content := item.get("content"), list):
+            check_parts(content, f"input[{index}].content", images=item.get("role") == "user")
+        elif kind in _OUTPUT_KINDS and isinstance(output := item.get("output"), list):
+            check_parts(output, f"input[{index}].output", images=True)
 
 
 def _tools_digest(req: ResponsesRequest) -> bytes:

@@ -162,6 +162,12 @@ class ToolCatalogue:
             return spec
         return self.resolve(flat_name(namespace, name))
 
+    def named(self, namespace: str | None, name: str) -> ToolSpec | None:
+        """The tool a client names (by its namespace and name, or by the flat name a model is
+        shown), or None when the request has no such callable tool."""
+        spec = self._by_client_name.get((namespace, name))
+        return spec if spec is not None else self.specs.get(flat_name(namespace, name))
+
     @property
     def schemas(self) -> dict[str, dict[str, Any] | None]:
         """Model name -> JSON schema of its arguments as a function, for the stages that read

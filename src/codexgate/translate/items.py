@@ -1,5 +1,6 @@
 """Input items that have no Chat Completions twin: what each becomes, or why it is refused.
-Pure: no I/O. The README's "Item kinds" table is the summary of this module and request.py.
+Pure: no I/O. The "Input items" table of docs/faces.md is the summary of this module and
+messages.py.
 
 Nothing is left out in silence. An item is carried in a form the upstream reads (a message, a
 tool call, a short note) or refused with a 400 naming it; the one exception is reasoning with

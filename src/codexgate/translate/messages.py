@@ -33,6 +33,7 @@ from codexgate.translate.items import (
     tool_search_output_text,
     unknown_item_note,
 )
+from codexgate.translate.parts import chat_content, text_of_parts
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.wire.responses import Item
 
@@ -45,55 +46,28 @@ LATE_DEVELOPER_PREFIX = "[Developer instructions]\n"
 MISSING_OUTPUT = "No output was recorded for this tool call."
 
 
-def _text_of_parts(parts: list[Any]) -> tuple[str, list[dict[str, Any]]]:
-    """Text of a content array, and its image parts in chat form."""
-    texts: list[str] = []
-    images: list[dict[str, Any]] = []
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            text = part.get("text")
-            if isinstance(text, str):
-                texts.append(text)
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-        elif kind == "input_image":
-            url = part.get("image_url")
-            if isinstance(url, dict):
-                url = url.get("url")
-            if isinstance(url, str) and url:
-                image: dict[str, Any] = {"url": url}
-                if part.get("detail") in ("low", "high", "auto"):
-                    image["detail"] = part["detail"]
-                images.append({"type": "image_url", "image_url": image})
-        elif kind == "input_file":
-            texts.append(f"[file {part.get('filename') or part.get('file_id') or ''} omitted]")
-    return "\n".join(texts), images
-
-
-def _plain_text(content: Any) -> str:
-    """A message's text: content is a string or an array of parts (validated on input)."""
+def _plain_text(content: Any, param: str) -> str:
+    """A message's text: content is a string or an array of parts (validated on input).
+    Raises InvalidRequest for a part with no text form (translate/parts.py)."""
     if isinstance(content, str):
         return content
-    return _text_of_parts(content if isinstance(content, list) else [])[0]
+    return chat_content(content, param, images=False)[0]
 
 
-def _user_content(content: Any) -> str | list[dict[str, Any]]:
+def _user_content(content: Any, param: str) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
-    text, images = _text_of_parts(content)
+    text, images = chat_content(content, param, images=True)
     if not images:
         return text
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     return parts + images
 
 
-def _output_text(output: Any) -> tuple[str, list[dict[str, Any]]]:
+def _output_text(output: Any, param: str) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(output, str):
         return output, []
-    return _text_of_parts(output)
+    return chat_content(output, param, images=True)
 
 
 class _Builder:
@@ -150,27 +124,30 @@ class _Builder:
         self.seen_conversation = True
         self.messages.append(message)
 
-    def message(self, item: Item) -> None:
+    def message(self, item: Item, param: str) -> None:
+        """`param`: where the item is in the request (`input[3]`), for errors."""
         role = item.get("role")
         content = item.get("content")
+        content_param = f"{param}.content"
         if role in ("developer", "system"):
             if self.dialect.developer_role == "developer" and role == "developer":
-                self.push({"role": "developer", "content": _plain_text(content)})
+                self.push({"role": "developer", "content": _plain_text(content, content_param)})
                 return
-            self.system_text(_plain_text(content))
+            self.system_text(_plain_text(content, content_param))
         elif role == "assistant":
-            message: Message = {"role": "assistant", "content": self.take_notes(_plain_text(content))}
+            text = _plain_text(content, content_param)
+            message: Message = {"role": "assistant", "content": self.take_notes(text)}
             self.push(message)
             self.attach_reasoning(message)
             self.open_assistant, self.open_pos = message, len(self.messages) - 1
         else:
-            self.push({"role": "user", "content": _user_content(content)})
+            self.push({"role": "user", "content": _user_content(content, content_param)})
 
     # -- reasoning
     def reasoning(self, item: Item) -> None:
         text = decode_reasoning(item.get("encrypted_content"))
         if text is None:  # not ours: fall back to what the client shows
-            text, _ = _text_of_parts(item.get("content") or item.get("summary") or [])
+            text = text_of_parts(item.get("content") or item.get("summary"))
         if text:
             self.pending_reasoning.append(text)
 
@@ -216,9 +193,10 @@ class _Builder:
         if self.pending_notes:
             self.push({"role": "assistant", "content": self.take_notes(None)})
 
-    def output(self, call_id: str, output: Any) -> None:
+    def output(self, call_id: str, output: Any, param: str = "") -> None:
+        """`param`: where the output is in the request (`input[4].output`), for errors."""
         self.flush_notes()
-        text, images = _output_text(output)
+        text, images = _output_text(output, param)
         if not self.call_is_open(call_id):
             # An output whose call is not in the history (dropped or never sent): chat APIs
             # reject an orphan tool message, so keep the content as a user message.
@@ -355,14 +333,14 @@ def _translate_item(builder: _Builder, item: Item, index: int) -> None:
     if kind is None and "role" in item:
         kind = "message"
     if kind == "message":
-        builder.message(item)
+        builder.message(item, f"input[{index}]")
     elif kind == "function_call":
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"])
     elif kind == "custom_tool_call":
         arguments = orjson.dumps({CUSTOM_INPUT_PARAM: item["input"]}).decode()
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), arguments)
     elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        builder.output(item["call_id"], item["output"])
+        builder.output(item["call_id"], item["output"], f"input[{index}].output")
     elif kind == "reasoning":
         builder.reasoning(item)
     elif kind == ADDITIONAL_TOOLS:

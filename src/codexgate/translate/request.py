@@ -21,7 +21,7 @@ from codexgate.translate.messages import (
     translate_input,
 )
 from codexgate.translate.sampling import family_sampling, for_server
-from codexgate.translate.tools import chat_tools, translate_tool_choice
+from codexgate.translate.tools import chat_tool_choice, chat_tools
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -110,7 +110,9 @@ def to_chat_request(
     the same dialect; what the two share is not translated again (the result is the same).
     `known`: the leading input items known equal to that earlier request's (Inbound).
     `keep`: make the checkpoint for the next request (False: it would not be remembered, so
-    neither its copy of the translation nor its encodings are made)."""
+    neither its copy of the translation nor its encodings are made).
+    Raises InvalidRequest for what a chat upstream cannot be given (a tool choice it cannot
+    honour, an input item or part it could not read)."""
     tools = tools_of(req)
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
@@ -136,9 +138,10 @@ def to_chat_request(
     body["stream"] = True
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
-    if functions:
-        body["tools"] = functions
-        body["tool_choice"] = translate_tool_choice(req.tool_choice)
+    offered, tool_choice = chat_tool_choice(req.tool_choice, catalogue, functions)
+    if offered:
+        body["tools"] = offered
+        body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:
@@ -147,8 +150,9 @@ def to_chat_request(
         body["temperature"] = req.temperature
     if req.top_p is not None:
         body["top_p"] = req.top_p
-    if req.user is not None:
-        body["user"] = req.user
+    user = req.user if req.user is not None else req.extra.get("safety_identifier")
+    if user is not None:  # the chat field every server knows; `safety_identifier` is its newer name
+        body["user"] = user
     if req.stop:
         body["stop"] = req.stop
     if req.seed is not None:

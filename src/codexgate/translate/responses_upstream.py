@@ -1,7 +1,7 @@
 """Canonical request -> the body a Responses upstream takes. Pure: no I/O, no clock.
 
 The canonical request is already a Responses request, so most of it goes upstream as it is;
-what this module does is repair what such servers reject (the README's "Item kinds" table for
+what this module does is repair what such servers reject (the table of docs/backends.md for
 Responses upstreams is the summary of it):
 
 - Codex's own fields (`client_metadata`, reasoning `context`, unknown keys on items such as
@@ -55,7 +55,7 @@ from codexgate.translate.items import (
     unknown_item_note,
 )
 from codexgate.translate.messages import MISSING_OUTPUT
-from codexgate.translate.tools import chat_tools
+from codexgate.translate.tools import chat_tool_choice, chat_tools
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS
 from codexgate.wire.responses import Item, ResponsesRequest
 
@@ -177,10 +177,12 @@ def to_upstream_request(
     translated = _Input(upstream, functions)
     translated.walk(req.input)
     body["input"] = translated.items
-    upstream_tools = _function_tools(catalogue) if functions else tools
+    upstream_tools, tool_choice = tools, req.tool_choice
+    if functions:
+        upstream_tools, tool_choice = _function_choice(req.tool_choice, catalogue)
     if upstream_tools:
         body["tools"] = upstream_tools
-        body["tool_choice"] = _tool_choice(req.tool_choice) if functions else req.tool_choice
+        body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
     reasoning = _only(req.reasoning, ("effort", "summary"))  # Codex's `context` is its own
@@ -213,26 +215,25 @@ def _only(value: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any]
 def _function_tools(catalogue: ToolCatalogue) -> list[dict[str, Any]]:
     """Every callable tool as a Responses function, in the client's order (translate/tools.py
     words a custom tool's grammar into its description, as for a chat upstream)."""
-    tools = []
-    for spec, chat in zip(catalogue.specs.values(), chat_tools(catalogue), strict=True):
-        strict = spec.source.get("strict") if spec.kind == "function" and spec.source else None
-        # The Responses API makes a function strict unless told otherwise, and a strict schema
-        # must list every property as required: only the client may ask for that.
-        tools.append({"type": "function", **chat["function"], "strict": strict is True})
-    return tools
+    # The Responses API makes a function strict unless told otherwise, and a strict schema
+    # must list every property as required: only the client may ask for that.
+    return [
+        {"type": "function", **chat["function"], "strict": chat["function"].get("strict") is True}
+        for chat in chat_tools(catalogue)
+    ]
 
 
-def _tool_choice(choice: Any) -> Any:
-    """`auto`/`none`/`required` pass; a named tool becomes its flat name."""
-    if isinstance(choice, str):
-        return choice if choice in ("auto", "none", "required") else "auto"
-    if isinstance(choice, dict):
-        kind = choice.get("type")
-        if kind in ("function", "custom") and isinstance(choice.get("name"), str):
-            return {"type": "function", "name": flat_name(choice.get("namespace"), choice["name"])}
-        if kind == "allowed_tools":
-            return "required" if choice.get("mode") == "required" else "auto"
-    return "auto"
+def _function_choice(choice: Any, catalogue: ToolCatalogue) -> tuple[list[dict[str, Any]], Any]:
+    """The functions to offer and the `tool_choice` under their flat names, read as for a chat
+    upstream (translate/tools.py): a named tool by its flat name, `allowed_tools` as only the
+    functions it allows. Raises InvalidRequest for a choice of a tool that is not offered."""
+    tools = _function_tools(catalogue)
+    as_chat = [{"type": "function", "function": {"name": tool["name"]}} for tool in tools]
+    offered, chosen = chat_tool_choice(choice, catalogue, as_chat)
+    names = {tool["function"]["name"] for tool in offered}
+    if isinstance(chosen, dict):
+        chosen = {"type": "function", "name": chosen["function"]["name"]}
+    return [tool for tool in tools if tool["name"] in names], chosen
 
 
 # -- input items

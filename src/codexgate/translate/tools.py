@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from codexgate.translate.catalogue import CUSTOM_INPUT_PARAM, ToolCatalogue, ToolSpec, flat_name
+from codexgate.errors import InvalidRequest
+from codexgate.translate.catalogue import CUSTOM_INPUT_PARAM, ToolCatalogue, ToolSpec
 
-__all__ = ["chat_tools", "translate_tool_choice"]
+__all__ = ["chat_tool_choice", "chat_tools"]
 
 
 def _chat_tool(spec: ToolSpec) -> dict[str, Any]:
@@ -29,7 +30,16 @@ def _chat_tool(spec: ToolSpec) -> dict[str, Any]:
     if description:
         function["description"] = description
     function["parameters"] = spec.parameters
+    if spec.kind == "function" and _is_strict(spec.source):
+        function["strict"] = True  # the client asked the server to hold the model to the schema
     return {"type": "function", "function": function}
+
+
+def _is_strict(tool: Any) -> bool:
+    if not tool:
+        return False
+    chat_shape = tool.get("function")
+    return tool.get("strict") is True or (isinstance(chat_shape, dict) and chat_shape.get("strict") is True)
 
 
 def chat_tools(catalogue: ToolCatalogue) -> list[dict[str, Any]]:
@@ -37,15 +47,72 @@ def chat_tools(catalogue: ToolCatalogue) -> list[dict[str, Any]]:
     return [_chat_tool(spec) for spec in catalogue.specs.values()]
 
 
-def translate_tool_choice(choice: Any) -> Any:
-    """`auto`/`none`/`required` pass; a named tool becomes the chat form of its flat name."""
+def chat_tool_choice(
+    choice: Any, catalogue: ToolCatalogue, functions: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], Any]:
+    """The functions to advertise and the chat `tool_choice` for the request's `tool_choice`
+    (validated on input): `none`/`auto`/`required` as they are, a named tool as its function,
+    `allowed_tools` as only the functions it allows (chat servers know no such choice) with its
+    mode. Raises InvalidRequest for a choice a chat upstream cannot honour: a tool the request
+    does not have (a hosted one included: none runs here), or a call required with none to make."""
     if isinstance(choice, str):
-        return choice if choice in ("auto", "none", "required") else "auto"
-    if isinstance(choice, dict):
-        kind = choice.get("type")
-        if kind in ("function", "custom") and isinstance(choice.get("name"), str):
-            name = flat_name(choice.get("namespace"), choice["name"])
-            return {"type": "function", "function": {"name": name}}
-        if kind == "allowed_tools":
-            return "required" if choice.get("mode") == "required" else "auto"
-    return "auto"
+        if choice == "required" and not functions:
+            raise InvalidRequest(
+                "'tool_choice' is required, but the request has no tool this model can call.",
+                param="tool_choice",
+            )
+        return functions, choice
+    kind = choice["type"]
+    if kind == "allowed_tools":
+        allowed = _allowed_names(choice["tools"], catalogue)
+        kept = [f for f in functions if f["function"]["name"] in allowed]
+        mode = choice.get("mode") or "auto"
+        if mode == "required" and not kept:
+            raise InvalidRequest(
+                "'tool_choice' requires a call of an allowed tool, but none of them can be called here.",
+                param="tool_choice.tools",
+            )
+        return kept, mode
+    spec = _chosen(choice, catalogue)
+    if spec is None:
+        param = "tool_choice.name" if kind in ("function", "custom") else "tool_choice.type"
+        raise InvalidRequest(
+            f"'tool_choice' forces the tool '{_label(choice)}', which this model cannot call (the request "
+            "does not have it, or it runs only on OpenAI's servers).",
+            param=param,
+        )
+    return functions, {"type": "function", "function": {"name": spec.model_name}}
+
+
+def _chosen(choice: dict[str, Any], catalogue: ToolCatalogue) -> ToolSpec | None:
+    """The callable tool a choice names: a function or custom tool by name, a client-run kind
+    (`tool_search`, `local_shell`) by its kind; None for anything else."""
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        name = choice.get("name")
+        return catalogue.named(choice.get("namespace"), name) if isinstance(name, str) else None
+    return next((spec for spec in catalogue.specs.values() if spec.kind == kind), None)
+
+
+def _allowed_names(tools: list[dict[str, Any]], catalogue: ToolCatalogue) -> set[str]:
+    """The model names of the tools an `allowed_tools` choice allows. Hosted kinds allow
+    nothing here (they are not offered; the model is told so); a function or custom tool the
+    request does not have is refused."""
+    names: set[str] = set()
+    for index, tool in enumerate(tools):
+        spec = _chosen(tool, catalogue)
+        if spec is not None:
+            names.add(spec.model_name)
+        elif tool.get("type") in ("function", "custom"):
+            raise InvalidRequest(
+                f"'tool_choice.tools[{index}]' allows the tool '{_label(tool)}', which the request does "
+                "not have.",
+                param=f"tool_choice.tools[{index}].name",
+            )
+    return names
+
+
+def _label(choice: dict[str, Any]) -> str:
+    name = choice.get("name")
+    label = name if isinstance(name, str) else str(choice.get("type"))
+    return label if len(label) <= 80 else label[:77] + "..."

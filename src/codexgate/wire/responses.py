@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 from codexgate.errors import InvalidRequest
-from codexgate.wire.checks import check_metadata, check_optional, check_type, stop_sequences
+from codexgate.wire.checks import NUMBER, check_metadata, check_optional, check_type, stop_sequences
 
 Item = dict[str, Any]
 
@@ -94,6 +94,31 @@ _TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "seed": (int, True),
 }
 _KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop"}
+# Fields kept in `extra` (the canonical model has no slot for them: backends read them there)
+# whose JSON type is still checked here, where a wrong one can be named.
+_TYPED_EXTRAS: dict[str, type | tuple[type, ...]] = {
+    "include": list,
+    "truncation": str,
+    "top_logprobs": int,
+    "max_tool_calls": int,
+    "stream_options": dict,
+    "safety_identifier": str,
+    "prompt_cache_retention": str,
+    "presence_penalty": NUMBER,
+    "frequency_penalty": NUMBER,
+    "logit_bias": dict,
+}
+# Values of `include` that ask for what no backend of the gateway carries back: refused, since
+# the answer would lack it in silence. The others name what a Responses server adds to its
+# answer: reasoning's encrypted_content (the gateway always fills it), results of hosted tools,
+# input image URLs (the gateway stores items as sent); unknown values are passed over, as
+# unknown fields are.
+_UNSERVED_INCLUDES = {
+    "message.output_text.logprobs": "log probabilities are not carried back by the gateway",
+}
+_TOOL_CHOICES = frozenset(("none", "auto", "required"))
+_TEXT_FORMATS = frozenset(("text", "json_schema", "json_object"))
+_CUSTOM_FORMATS = frozenset(("text", "grammar"))
 # Fields whose meaning a gateway without them would silently change: refused when set.
 _REFUSED_FIELDS = {
     "background": "background responses are not served; send the request without it",
@@ -227,17 +252,18 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
                 raise InvalidRequest(f"'{name}' must not be null.", param=name)
             continue
         check_type(value, expected, name)
+    for name, kind in _TYPED_EXTRAS.items():
+        if data.get(name) is not None:
+            check_type(data[name], kind, name)
+    _validate_extras(data)
 
     tools = raw_tools or []
     if not known_tools:
         for index, tool in enumerate(tools):
             _validate_tool(tool, f"tools[{index}]")
     tool_choice = data.get("tool_choice", "auto")
-    if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
-        raise InvalidRequest("Invalid type for 'tool_choice'.", param="tool_choice")
-    if isinstance(tool_choice, dict):
-        for name in ("type", "name", "namespace", "mode"):
-            check_optional(tool_choice, name, str, "tool_choice")
+    if tool_choice is not None:
+        _validate_tool_choice(tool_choice)
     if data.get("reasoning") is not None:
         for name in ("effort", "summary"):
             check_optional(data["reasoning"], name, str, "reasoning")
@@ -343,19 +369,22 @@ def _validate_item(item: Any, param: str) -> None:
 
 
 def _validate_tool(tool: Any, param: str) -> None:
+    """A tool of a kind the gateway reads must have what it is read by (a function's name...);
+    hosted kinds and kinds the gateway does not know are left to the backend (a chat upstream
+    leaves them out and says so, a Responses upstream may take them as they are)."""
     if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
         raise InvalidRequest(f"Invalid value for '{param}': expected an object with a 'type'.", param=param)
     kind = tool["type"]
     if kind == "function":
-        _validate_function_tool(tool, param)
         function = tool.get("function")  # the Chat Completions shape, sent by some clients
         if function is not None:
             check_type(function, dict, f"{param}.function")
-            _validate_function_tool(function, f"{param}.function")
+            _validate_function_tool(function, f"{param}.function", named=False)
+        _validate_function_tool(tool, param, named=function is None or function.get("name") is None)
     elif kind == "custom":
         _validate_custom_tool(tool, param)
     elif kind == "namespace":
-        check_optional(tool, "name", str, param)
+        _required_name(tool, param)
         check_optional(tool, "description", str, param)
         subtools = tool.get("tools")
         if subtools is not None:
@@ -363,28 +392,135 @@ def _validate_tool(tool: Any, param: str) -> None:
             for index, sub in enumerate(subtools):
                 sub_param = f"{param}.tools[{index}]"
                 check_type(sub, dict, sub_param)
-                check_optional(sub, "type", str, sub_param)
-                if sub.get("type") == "custom":
+                sub_kind = check_optional(sub, "type", str, sub_param) or "function"
+                if sub_kind == "custom":
                     _validate_custom_tool(sub, sub_param)
-                else:
+                elif sub_kind == "function":
                     _validate_function_tool(sub, sub_param)
+    elif kind == "tool_search":
+        for name in ("execution", "description"):
+            check_optional(tool, name, str, param)
+        check_optional(tool, "parameters", dict, param)
+
+
+def _missing(param: str) -> NoReturn:
+    raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param)
+
+
+def _required_name(tool: dict[str, Any], param: str) -> str:
+    name = tool.get("name")
+    if name is None:
+        _missing(f"{param}.name")
+    check_type(name, str, f"{param}.name")
+    if not name:
+        raise InvalidRequest(f"'{param}.name' must not be empty.", param=f"{param}.name")
+    return str(name)
 
 
 def _validate_custom_tool(tool: dict[str, Any], param: str) -> None:
-    check_optional(tool, "name", str, param)
+    _required_name(tool, param)
     check_optional(tool, "description", str, param)
     fmt = tool.get("format")
-    if fmt is not None:
-        check_type(fmt, dict, f"{param}.format")
-        for name in ("type", "syntax", "definition"):
-            check_optional(fmt, name, str, f"{param}.format")
+    if fmt is None:
+        return
+    fmt_param = f"{param}.format"
+    check_type(fmt, dict, fmt_param)
+    kind = _required_value(fmt, "type", _CUSTOM_FORMATS, fmt_param)
+    if kind == "grammar":
+        for name in ("syntax", "definition"):
+            value = fmt.get(name)
+            if value is None:
+                _missing(f"{fmt_param}.{name}")
+            check_type(value, str, f"{fmt_param}.{name}")
 
 
-def _validate_function_tool(tool: dict[str, Any], param: str) -> None:
-    check_optional(tool, "name", str, param)
+def _validate_function_tool(tool: dict[str, Any], param: str, *, named: bool = True) -> None:
+    """`named`: the name must be here (not in the Chat-shaped `function` beside it)."""
+    if named:
+        _required_name(tool, param)
+    else:
+        check_optional(tool, "name", str, param)
     check_optional(tool, "description", str, param)
     check_optional(tool, "parameters", dict, param)
     check_optional(tool, "strict", bool, param)
+
+
+def _required_value(obj: dict[str, Any], name: str, allowed: frozenset[str], param: str) -> str:
+    value = obj.get(name)
+    if value is None:
+        _missing(f"{param}.{name}")
+    check_type(value, str, f"{param}.{name}")
+    if value not in allowed:
+        raise InvalidRequest(
+            f"Invalid value for '{param}.{name}': expected one of {', '.join(sorted(allowed))}.",
+            param=f"{param}.{name}",
+        )
+    return str(value)
+
+
+def _validate_tool_choice(choice: Any) -> None:
+    if isinstance(choice, str):
+        if choice not in _TOOL_CHOICES:
+            raise InvalidRequest(
+                "Invalid value for 'tool_choice': expected none, auto, required or an object.",
+                param="tool_choice",
+            )
+        return
+    check_type(choice, dict, "tool_choice")
+    kind = choice.get("type")
+    if kind is None:
+        _missing("tool_choice.type")
+    check_type(kind, str, "tool_choice.type")
+    for name in ("name", "namespace", "mode"):
+        check_optional(choice, name, str, "tool_choice")
+    if kind in ("function", "custom") and choice.get("name") is None:
+        _missing("tool_choice.name")
+    if kind == "allowed_tools":
+        mode = choice.get("mode")
+        if mode is not None and mode not in ("auto", "required"):
+            raise InvalidRequest(
+                "Invalid value for 'tool_choice.mode': expected auto or required.", param="tool_choice.mode"
+            )
+        tools = choice.get("tools")
+        if tools is None:
+            _missing("tool_choice.tools")
+        check_type(tools, list, "tool_choice.tools")
+        for index, tool in enumerate(tools):
+            tool_param = f"tool_choice.tools[{index}]"
+            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                raise InvalidRequest(
+                    f"Invalid value for '{tool_param}': expected an object with a 'type'.", param=tool_param
+                )
+            for name in ("name", "namespace"):
+                check_optional(tool, name, str, tool_param)
+
+
+def _validate_extras(data: dict[str, Any]) -> None:
+    """Values of the typed extras (their JSON types are checked)."""
+    include = data.get("include")
+    for index, value in enumerate(include or ()):
+        check_type(value, str, f"include[{index}]")
+        why = _UNSERVED_INCLUDES.get(value)
+        if why is not None:
+            param = f"include[{index}]"
+            raise InvalidRequest(f"'{param}' ({value}) is not supported: {why}.", param=param)
+    truncation = data.get("truncation")
+    if truncation is not None and truncation not in ("auto", "disabled"):
+        raise InvalidRequest("Invalid value for 'truncation': expected auto or disabled.", param="truncation")
+    top_logprobs = data.get("top_logprobs")
+    if top_logprobs is not None and not 0 <= top_logprobs <= 20:
+        raise InvalidRequest("'top_logprobs' must be between 0 and 20.", param="top_logprobs")
+    if top_logprobs:
+        raise InvalidRequest(
+            "'top_logprobs' is not supported: log probabilities are not carried back by the gateway; "
+            "send 0 or leave it out.",
+            param="top_logprobs",
+        )
+    max_tool_calls = data.get("max_tool_calls")
+    if max_tool_calls is not None and max_tool_calls < 1:
+        raise InvalidRequest("'max_tool_calls' must be at least 1.", param="max_tool_calls")
+    if data.get("stream_options") is not None:
+        check_optional(data["stream_options"], "include_obfuscation", bool, "stream_options")
 
 
 def _validate_text(text: dict[str, Any]) -> None:
@@ -393,7 +529,8 @@ def _validate_text(text: dict[str, Any]) -> None:
     if fmt is None:
         return
     check_type(fmt, dict, "text.format")
-    for name in ("type", "name", "description"):
+    _required_value(fmt, "type", _TEXT_FORMATS, "text.format")
+    for name in ("name", "description"):
         check_optional(fmt, name, str, "text.format")
     check_optional(fmt, "schema", dict, "text.format")
     check_optional(fmt, "strict", bool, "text.format")
@@ -404,6 +541,13 @@ def _validate_parts(parts: list[Any], param: str) -> None:
         part_param = f"{param}[{index}]"
         if not isinstance(part, dict):
             raise InvalidRequest(f"Invalid type for '{part_param}': expected an object.", param=part_param)
-        check_optional(part, "type", str, part_param)
+        kind = check_optional(part, "type", str, part_param)
         check_optional(part, "text", str, part_param)
         check_optional(part, "encrypted_content", str, part_param)
+        if kind == "input_file":
+            for name in ("filename", "file_data", "file_url", "file_id"):
+                check_optional(part, name, str, part_param)
+        elif kind == "input_image":
+            check_optional(part, "image_url", (str, dict), part_param)
+            for name in ("detail", "file_id"):
+                check_optional(part, name, str, part_param)
