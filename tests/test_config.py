@@ -100,7 +100,7 @@ def test_upstream_urls_are_checked_at_start_with_the_fix(url: str, fragment: str
 def test_a_bad_url_in_the_file_names_the_upstream_table(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[[upstreams]]\nname = "a"\nbase_url = "127.0.0.1:8000"\n')
-    with pytest.raises(ConfigError, match=r"upstreams\.0\.base_url .*did you mean http://127.0.0.1:8000/v1"):
+    with pytest.raises(ConfigError, match=r"upstreams\[0\]\.base_url = .127.0.0.1:8000. \(upstream .a., in .*\): .*did you mean http://127.0.0.1:8000/v1"):
         load_settings({}, config, environ={})
 
 
@@ -204,11 +204,90 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
     [oa] = load(responses)
     assert (oa.kind, oa.tool_format) == ("responses", "native")
     for bad, named in [
-        (codex + '\nbase_url = "http://127.0.0.1:1/v1"', "base_url applies to upstreams of kind chat or responses"),
-        (codex + '\ndeveloper_role = "system"', "developer_role applies to upstreams of kind chat"),
-        (responses + '\nsandbox = "read-only"', "sandbox applies to upstreams of kind codex"),
+        (codex + '\nbase_url = "http://127.0.0.1:1/v1"', r"base_url \(.*\): applies to upstreams of kind chat or responses"),
+        (codex + '\ndeveloper_role = "system"', r"developer_role \(.*\): applies to upstreams of kind chat"),
+        (responses + '\nsandbox = "read-only"', r"sandbox \(.*\): applies to upstreams of kind codex"),
         ('name = "c"\nbase_url = "http://127.0.0.1:1/v1"\ntool_format = "native"', "tool_format"),
         ('name = "r"\nkind = "responses"', "needs a base_url"),
     ]:
         with pytest.raises(ConfigError, match=named):
             load(bad)
+
+
+def _numeric_fields() -> list[tuple[str, str, object]]:
+    from codexgate.config import ModelConfig, Settings
+
+    found = []
+    for table, model in (("settings", Settings), ("upstreams", UpstreamConfig), ("models", ModelConfig)):
+        for name, field in model.model_fields.items():
+            if field.annotation in (int, float, int | None, float | None):
+                found.append((table, name, field))
+    return found
+
+
+@pytest.mark.parametrize("table,name,field", _numeric_fields(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_numeric_setting_has_a_range(table: str, name: str, field: object) -> None:
+    """A number out of any sensible range (a negative timeout, a zero body limit, a thousand
+    retries) must stop the gateway at start, not make every request fail later."""
+    import annotated_types
+
+    metadata = getattr(field, "metadata", [])
+    assert any(isinstance(m, (annotated_types.Gt, annotated_types.Ge)) for m in metadata), f"{table}.{name}: no lower bound"
+    assert any(isinstance(m, (annotated_types.Lt, annotated_types.Le)) for m in metadata), f"{table}.{name}: no upper bound"
+
+
+@pytest.mark.parametrize(
+    "toml,cli,environ,fragment",
+    [
+        ("idle_timeout = -5", {}, {}, "idle_timeout = -5 (in {file}): must be greater than 0"),
+        ("", {"max_body_bytes": 0}, {}, "max_body_bytes = 0 (from --max-body-bytes): must be greater than or equal to 1024"),
+        ("", {}, {"CODEXGATE_MAX_RETRIES": "-3"}, "max_retries = '-3' (from CODEXGATE_MAX_RETRIES): must be greater than or equal to 0"),
+        ("max_retries = 1000", {}, {}, "max_retries = 1000 (in {file}): must be less than or equal to 100"),
+        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nidle_timeout = -5\n', {}, {},
+         "upstreams[0].idle_timeout = -5 (upstream 'local', in {file}): must be greater than 0"),
+        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nmax_retries = -1\n', {}, {},
+         "upstreams[0].max_retries = -1 (upstream 'local', in {file})"),
+        ('[[models]]\nname = "m"\ncontext_window = 0\n', {"upstream": "http://a/v1"}, {},
+         "models[0].context_window = 0 (model 'm', in {file}): must be greater than 0"),
+    ],
+)
+def test_out_of_range_values_stop_the_start_naming_the_setting_and_its_source(
+    tmp_path: Path, toml: str, cli: dict[str, object], environ: dict[str, str], fragment: str
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(cli, config, environ=environ)
+    assert fragment.format(file=config) in str(info.value)
+
+
+def test_a_route_to_an_unknown_upstream_names_the_model_entry_the_file_and_the_upstreams(tmp_path: Path) -> None:
+    config = tmp_path / "codexgate.toml"
+    config.write_text(
+        '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n[[upstreams]]\nname = "b"\nbase_url = "http://b/v1"\n'
+        '[[models]]\nname = "m"\nupstream = "nope"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert str(info.value) == (
+        f"invalid settings: models[0] (in {config}): model 'm' routes to unknown upstream 'nope'; "
+        "the upstreams are: a, b"
+    )
+
+
+def test_an_unknown_kind_is_echoed_with_the_valid_kinds(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "x"\nkind = "ollama"\nbase_url = "http://a/v1"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    message = str(info.value)
+    assert "upstreams[0].kind = 'ollama' (upstream 'x', in " in message
+    assert "must be 'chat', 'responses', 'codex' or 'embedded'" in message
+
+
+def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert f"upstreams[0].developer_role (upstream 'agent', in {config}): applies to upstreams of kind chat" in str(info.value)

@@ -321,7 +321,7 @@ async def test_bad_client_input_is_a_400_naming_the_parameter(
 
 
 async def test_a_body_over_the_limit_is_a_413() -> None:
-    async with gateway(max_body_bytes=1000) as (client, _, _):
+    async with gateway(max_body_bytes=1024) as (client, _, _):
         response = await client.post("/v1/responses", json={"model": "m", "input": "x" * 2000})
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
