@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,60 @@ def test_the_example_config_loads_and_names_every_setting() -> None:
         assert not missing, f"codexgate.example.toml does not mention {missing}"
 
 
+def _switched_on(text: str) -> str:
+    """The example with every commented-out setting and table switched on (prose left alone)."""
+    import tomllib
+
+    lines = []
+    for line in text.splitlines():
+        candidate = line.removeprefix("# ")
+        if line.startswith("# ") and re.match(r"^\[\[\w+\]\]$", candidate):
+            line = candidate
+        elif line.startswith("# ") and re.match(r"^\w+ = ", candidate):
+            try:
+                tomllib.loads(candidate)
+                line = candidate
+            except tomllib.TOMLDecodeError:
+                pass  # prose that happens to start like a setting
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _accepted(kind: str) -> set[str]:
+    from codexgate.config import _KIND_FIELDS
+
+    return {name for name in UpstreamConfig.model_fields if kind in _KIND_FIELDS.get(name, {kind})}
+
+
+def test_every_setting_the_example_documents_is_accepted_where_it_stands(tmp_path: Path) -> None:
+    """Each commented-out line of codexgate.example.toml, switched on, is a setting accepted
+    where it stands (the top level, an upstream of the kind its table names, a model); each
+    kind's "Takes:" list is exactly what that kind accepts, and the chat table shows them all."""
+    import tomllib
+
+    text = (Path(__file__).resolve().parents[1] / "codexgate.example.toml").read_text()
+    config = tmp_path / "all.toml"
+    config.write_text(_switched_on(text))
+    settings = load_settings({}, config, environ={})
+    kinds = [u.kind for u in settings.upstreams]
+    assert kinds == ["chat", "responses", "codex", "embedded"] and settings.upstream and settings.api_keys
+    assert set(tomllib.loads(config.read_text())["upstreams"][0]) == _accepted("chat")
+    takes = re.findall(r'^# kind = "(\w+)":.*?^# Takes: (.*?)\.$', text, re.M | re.S)
+    assert [kind for kind, _ in takes] == ["responses", "codex", "embedded"]
+    for kind, listed in takes:
+        assert {n.strip() for n in listed.replace("\n#", " ").split(",")} == _accepted(kind), kind
+
+
+def test_the_configuration_page_s_examples_load(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    blocks = re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S)
+    assert blocks
+    for i, block in enumerate(blocks):
+        config = tmp_path / f"block{i}.toml"
+        config.write_text(block)
+        load_settings({}, config, environ={})
+
+
 def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
     # The dialect is built from the config by name: a ChatDialect field the config lacks would
     # silently keep its default. context_window is a model's, or an embedded upstream's.
@@ -291,3 +346,12 @@ def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Pat
     with pytest.raises(ConfigError) as info:
         load_settings({}, config, environ={})
     assert f"upstreams[0].developer_role (upstream 'agent', in {config}): applies to upstreams of kind chat" in str(info.value)
+
+
+def test_a_global_setting_inside_an_upstream_says_it_is_global(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in str(info.value)
+    assert "history_cache_mb is set at the top level of the file" in str(info.value)

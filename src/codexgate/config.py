@@ -414,10 +414,9 @@ class Settings(_Strict):
         return upstreams
 
 
-_SCALAR_FIELDS = {
-    name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models", "api_keys")
-}
-_LIST_FIELDS = {"allowed_hosts", "cors_origins"}  # comma-separated in the environment
+TABLE_SETTINGS = frozenset(("upstreams", "models", "api_keys"))  # the file's alone; the rest are flags
+_SCALAR_FIELDS = {name for name in Settings.model_fields if name not in TABLE_SETTINGS}
+LIST_SETTINGS = frozenset(("allowed_hosts", "cors_origins"))  # comma-separated in flags and environment
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -425,7 +424,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for name in _SCALAR_FIELDS:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw != "":
-            if name in _LIST_FIELDS:
+            if name in LIST_SETTINGS:
                 values[name] = [item.strip() for item in raw.split(",") if item.strip()]
             else:
                 values[name] = raw  # pydantic converts "300" and "false"
@@ -492,6 +491,8 @@ def _describe(error: Any, sources: Mapping[str, str], data: Mapping[str, Any]) -
         known = known or Settings.model_fields
         close = difflib.get_close_matches(str(loc[-1]), list(known), n=1, cutoff=0.6)
         message = "unknown setting" + (f"; did you mean {close[0]!r}?" if close else "")
+        if len(loc) > 1 and loc[-1] in Settings.model_fields:
+            message = f"not a setting of {loc[0]}: {loc[-1]} is set at the top level of the file, for all"
     if not loc:
         return message
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
