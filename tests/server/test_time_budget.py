@@ -90,7 +90,7 @@ async def test_silence_between_events_names_the_idle_timeout() -> None:
         events = await stream_events(client, {"model": "m", "input": "x"})
     error = terminal(events)["response"]["error"]
     assert error["code"] == "upstream_timeout"
-    assert error["message"] == "The upstream sent nothing for 0.2 seconds (idle timeout)."
+    assert error["message"] == "upstream 'default' (http://upstream.test/v1) sent nothing for 0.2 seconds (idle timeout)."
 
 
 def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeout() -> None:
