@@ -60,9 +60,8 @@ _MAX_WINDOW = 100_000_000  # tokens; the largest context windows offered are ~10
 
 def _check_text_tool_calls(mode: str) -> None:
     if mode not in TEXT_TOOL_CALL_MODES:
-        raise SettingError(
-            ("text_tool_calls",), f"must be one of {', '.join(TEXT_TOOL_CALL_MODES)}, not {mode!r}"
-        )
+        modes = ", ".join(TEXT_TOOL_CALL_MODES)
+        raise SettingError(("text_tool_calls",), f"text_tool_calls must be one of {modes}, not {mode!r}")
 
 
 # Paths that end an endpoint rather than an API base: the gateway appends /chat/completions
@@ -215,9 +214,9 @@ class UpstreamConfig(_Strict):
         for name in sorted(self.model_fields_set & _KIND_FIELDS.keys()):
             kinds = _KIND_FIELDS[name]
             if self.kind not in kinds and getattr(self, name) is not None:
-                raise SettingError(
-                    (name,), f"applies to upstreams of kind {' or '.join(sorted(kinds))}, not {self.kind!r}"
-                )
+                allowed = " or ".join(sorted(kinds))
+                message = f"{name} applies to upstreams of kind {allowed}, not {self.kind!r}"
+                raise SettingError((name,), message)
         if self.kind in ("chat", "responses") and not self.base_url:
             raise SettingError(("base_url",), f"an upstream of kind {self.kind!r} needs a base_url")
         return self
