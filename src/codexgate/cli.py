@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 from codexgate import __version__
 from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings, resolve_config_file
 from codexgate.flags import SETUP_SETTINGS, add_config_flag, add_setting_flags
-from codexgate.server.workers import usable_cores
+from codexgate.server.workers import check_address, usable_cores
 
 log = logging.getLogger("codexgate")
 
@@ -30,9 +30,13 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from codexgate.app import build_app
     from codexgate.server import serve
+    from codexgate.server.auth import resolve_api_keys
     from codexgate.server.logs import configure_logging
 
     settings = _settings_from(args)
+    # Refusals come first, each one line, before anything starts or logs.
+    serve.check_exposure(settings, bool(resolve_api_keys(settings.api_keys, os.environ)))
+    check_address(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     config_file = resolve_config_file(args.config, os.environ)
     count = settings.workers or usable_cores()
@@ -54,12 +58,9 @@ def serve_workers(settings: Settings, count: int, config_file: Path | None) -> i
     and serves the shared socket, with its share of max_connections."""
     from codexgate.app import build_app
     from codexgate.server import serve
-    from codexgate.server.auth import resolve_api_keys
     from codexgate.server.workers import Supervisor, listen
 
-    # Checked once, before any worker starts: a refusal is one line, not N.
-    keys = resolve_api_keys(settings.api_keys, os.environ)
-    serve.check_exposure(settings, bool(keys))
+    # Refusals were checked once, before any worker starts (_serve): one line, not N.
     per_worker = settings.model_copy(update={"max_connections": max(1, settings.max_connections // count)})
     sock = listen(settings)
     host, port = sock.getsockname()[:2]
