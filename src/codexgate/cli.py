@@ -200,8 +200,8 @@ def _add_doctor(commands: Commands) -> None:
         help="probe an upstream and recommend settings for it",
         description=(
             "Probe a Chat Completions server as Codex will use it: models, streaming, usage, "
-            "tool calls, reasoning, context window, errors. Exits 1 when a probe failed (something "
-            "would break Codex); --write then writes nothing."
+            "tool calls, reasoning, context window, errors. Exits 1 when a probe failed or found "
+            "something that would break Codex."
         ),
     )
     doctor.add_argument(
@@ -229,7 +229,8 @@ def _add_doctor(commands: Commands) -> None:
         "--write",
         type=Path,
         metavar="CONFIG",
-        help="merge the recommended settings into this TOML file (only when no probe failed)",
+        help="merge the recommended settings into this TOML file (never for a URL found wrong, or a "
+        "server that answered no chat request)",
     )
     doctor.set_defaults(run=_doctor)
 
