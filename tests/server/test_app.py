@@ -320,6 +320,16 @@ async def test_bad_client_input_is_a_400_naming_the_parameter(
     assert fake.requests == []
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+async def test_a_body_that_is_not_json_is_said_plainly_on_every_face(path: str) -> None:
+    async with gateway() as (client, _, _):
+        response = await client.post(path, content=b"nope", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "The request body is not JSON: it starts with 'nope', where a JSON object starts with {."
+    )
+
+
 async def test_a_body_over_the_limit_is_a_413() -> None:
     async with gateway(max_body_bytes=1024) as (client, _, _):
         response = await client.post("/v1/responses", json={"model": "m", "input": "x" * 2000})
