@@ -383,6 +383,27 @@ def _with_log_redaction(
     return on_startup, on_shutdown
 
 
+def _lifespan(
+    settings: Settings,
+    router: Router[Backend],
+    transport: Transport,
+    once: OnceLog,
+    environ: Mapping[str, str],
+    redactor: Redactor,
+) -> tuple[_LocalServerFinder, Callable[[], Any], Callable[[], Any]]:
+    """The finder of a local server, and the app's start and stop hooks: at start the probe of
+    the upstreams (in the background), then the finder; at stop both end, then the backends."""
+    finder = _LocalServerFinder(settings, router, transport, once, environ)
+    probe = StartupProbe(router, kinds={u.name: u.kind for u in settings.all_upstreams()})
+
+    async def startup() -> None:
+        probe.start()  # in the background: nothing waits for it
+        await finder.startup()
+
+    shutdown = _then(probe.aclose, finder.aclose)
+    return finder, *_with_log_redaction(redactor, startup, transport, router, shutdown)
+
+
 def build_app(
     settings: Settings,
     transport: Transport | None = None,
@@ -415,16 +436,7 @@ def build_app(
     if settings.discover:
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 
-    finder = _LocalServerFinder(settings, router, transport, once, environ)
-    probe = StartupProbe(router, kinds={u.name: u.kind for u in settings.all_upstreams()})
-
-    async def startup() -> None:
-        probe.start()  # in the background: nothing waits for it
-        await finder.startup()
-
-    on_startup, on_shutdown = _with_log_redaction(
-        redactor, startup, transport, router, _then(probe.aclose, finder.aclose)
-    )
+    finder, on_startup, on_shutdown = _lifespan(settings, router, transport, once, environ, redactor)
     if recorder is not None:
         on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
     tracing = traces(settings)  # None: traces are off

@@ -48,6 +48,7 @@ async def test_a_server_that_never_answers_fails_within_the_idle_timeout_whateve
     assert response.status_code == 504 and error["code"] == "upstream_timeout"
     assert 0.4 <= _seconds_in(error["message"]) < 1.0
     assert "idle timeout 0.4 s" in error["message"] and "1 attempt" in error["message"]
+    assert error["message"].startswith(f"upstream 'default' ({UPSTREAM}) sent no response within")
     assert elapsed < 1.5 and requests == 1  # the old behaviour: (connect + idle) x 6 attempts
 
 
