@@ -236,7 +236,7 @@ class HttpStream:
                 raise error  # no time left in the request's budget for another attempt
             attempt += 1
             self._counts["upstream.retry"] += 1
-            said = error.message if error.reason else f"{self.subject}: {error.message}"
+            said = error.message.rstrip(".") if error.reason else f"{self.subject}: {error.message}"
             log.info("%s; retry %d in %.2fs", said, attempt, wait)
             await asyncio.sleep(wait)
 
