@@ -351,9 +351,10 @@ class Settings(_Strict):
     # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
     header_timeout: float = Field(default=10.0, gt=0, le=3600)  # seconds to receive a request's head
     body_timeout: float = Field(default=60.0, gt=0, le=DAY)  # seconds to receive a request's body
-    keep_alive_timeout: float = Field(default=75.0, gt=0, le=DAY)  # an idle keep-alive connection's
+    # Seconds an idle keep-alive connection is kept; past max_idle_connections of them, the
+    # longest-idle one is closed (0: none is kept idle).
+    keep_alive_timeout: float = Field(default=75.0, gt=0, le=DAY)
     max_connections: int = Field(default=1000, ge=1, le=1_000_000)
-    # beyond this, the longest-idle connection is closed (0: none kept idle)
     max_idle_connections: int = Field(default=256, ge=0, le=1_000_000)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     # On SIGTERM, seconds the open responses may take to finish before each still open ends
