@@ -84,7 +84,7 @@ async def test_at_start_each_upstream_gets_one_line_saying_whether_it_answers(
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream '")]
     assert "upstream 'good' (http://good.test/v1): reachable, 2 models: qwen3-coder, llama3" in lines
     assert any(line.startswith("upstream 'moved': wrong path: a server answers at http://moved.test/v1") for line in lines)
-    assert "upstream 'agent' (codex): not asked at start; it starts on the first request" in lines
+    assert "upstream 'agent' (codex): not asked at start; codex app-server starts on the first request" in lines
 
 
 async def test_the_start_does_not_wait_for_an_upstream_that_never_answers(tmp_path: Path) -> None:

@@ -321,9 +321,11 @@ class StartupProbe:
         backend = self._router.backends.get(name)
         if backend is None:
             return
+        if kind == "codex":
+            said = "not asked at start; codex app-server starts on the first request"
+            log.info("upstream %r (codex): %s", name, said)
         if kind not in _PROBED_KINDS:
-            log.info("upstream %r (%s): not asked at start; it starts on the first request", name, kind)
-            return
+            return  # the embedded model logs its own build and start
         try:
             listing = await backend.reachability()
         except Exception:  # a probe must never take the gateway down
