@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,7 @@ def test_upstream_urls_are_checked_at_start_with_the_fix(url: str, fragment: str
 def test_a_bad_url_in_the_file_names_the_upstream_table(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[[upstreams]]\nname = "a"\nbase_url = "127.0.0.1:8000"\n')
-    with pytest.raises(ConfigError, match=r"upstreams\.0\.base_url .*did you mean http://127.0.0.1:8000/v1"):
+    with pytest.raises(ConfigError, match=r"upstreams\[0\]\.base_url = .127.0.0.1:8000. \(upstream .a., in .*\): .*did you mean http://127.0.0.1:8000/v1"):
         load_settings({}, config, environ={})
 
 
@@ -153,6 +154,60 @@ def test_the_example_config_loads_and_names_every_setting() -> None:
                    ApiKeyConfig.model_fields):  # fmt: skip
         missing = [name for name in fields if f"{name} = " not in text and f"[[{name}]]" not in text]
         assert not missing, f"codexgate.example.toml does not mention {missing}"
+
+
+def _switched_on(text: str) -> str:
+    """The example with every commented-out setting and table switched on (prose left alone)."""
+    import tomllib
+
+    lines = []
+    for line in text.splitlines():
+        candidate = line.removeprefix("# ")
+        if line.startswith("# ") and re.match(r"^\[\[\w+\]\]$", candidate):
+            line = candidate
+        elif line.startswith("# ") and re.match(r"^\w+ = ", candidate):
+            try:
+                tomllib.loads(candidate)
+                line = candidate
+            except tomllib.TOMLDecodeError:
+                pass  # prose that happens to start like a setting
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _accepted(kind: str) -> set[str]:
+    from codexgate.config import _KIND_FIELDS
+
+    return {name for name in UpstreamConfig.model_fields if kind in _KIND_FIELDS.get(name, {kind})}
+
+
+def test_every_setting_the_example_documents_is_accepted_where_it_stands(tmp_path: Path) -> None:
+    """Each commented-out line of codexgate.example.toml, switched on, is a setting accepted
+    where it stands (the top level, an upstream of the kind its table names, a model); each
+    kind's "Takes:" list is exactly what that kind accepts, and the chat table shows them all."""
+    import tomllib
+
+    text = (Path(__file__).resolve().parents[1] / "codexgate.example.toml").read_text()
+    config = tmp_path / "all.toml"
+    config.write_text(_switched_on(text))
+    settings = load_settings({}, config, environ={})
+    kinds = [u.kind for u in settings.upstreams]
+    assert kinds == ["chat", "responses", "codex", "embedded"] and settings.upstream and settings.api_keys
+    assert set(tomllib.loads(config.read_text())["upstreams"][0]) == _accepted("chat")
+    takes = re.findall(r'^# kind = "(\w+)":.*?^# Takes: (.*?)\.$', text, re.M | re.S)
+    assert [kind for kind, _ in takes] == ["responses", "codex", "embedded"]
+    for kind, listed in takes:
+        assert {n.strip() for n in listed.replace("\n#", " ").split(",")} == _accepted(kind), kind
+
+
+def test_the_configuration_page_s_examples_load(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    blocks = re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S)
+    assert blocks
+    for i, block in enumerate(blocks):
+        config = tmp_path / f"block{i}.toml"
+        config.write_text(block)
+        load_settings({}, config, environ={})
 
 
 def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
@@ -212,3 +267,91 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
     ]:
         with pytest.raises(ConfigError, match=named):
             load(bad)
+
+
+def _numeric_fields() -> list[tuple[str, str, object]]:
+    from codexgate.config import ModelConfig, Settings
+
+    found = []
+    for table, model in (("settings", Settings), ("upstreams", UpstreamConfig), ("models", ModelConfig)):
+        for name, field in model.model_fields.items():
+            if field.annotation in (int, float, int | None, float | None):
+                found.append((table, name, field))
+    return found
+
+
+@pytest.mark.parametrize("table,name,field", _numeric_fields(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_numeric_setting_has_a_range(table: str, name: str, field: object) -> None:
+    """A number out of any sensible range (a negative timeout, a zero body limit, a thousand
+    retries) must stop the gateway at start, not make every request fail later."""
+    import annotated_types
+
+    metadata = getattr(field, "metadata", [])
+    assert any(isinstance(m, (annotated_types.Gt, annotated_types.Ge)) for m in metadata), f"{table}.{name}: no lower bound"
+    assert any(isinstance(m, (annotated_types.Lt, annotated_types.Le)) for m in metadata), f"{table}.{name}: no upper bound"
+
+
+@pytest.mark.parametrize(
+    "toml,cli,environ,fragment",
+    [
+        ("idle_timeout = -5", {}, {}, "idle_timeout = -5 (in {file}): must be greater than 0"),
+        ("", {"max_body_bytes": 0}, {}, "max_body_bytes = 0 (from --max-body-bytes): must be greater than or equal to 1024"),
+        ("", {}, {"CODEXGATE_MAX_RETRIES": "-3"}, "max_retries = '-3' (from CODEXGATE_MAX_RETRIES): must be greater than or equal to 0"),
+        ("max_retries = 1000", {}, {}, "max_retries = 1000 (in {file}): must be less than or equal to 100"),
+        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nidle_timeout = -5\n', {}, {},
+         "upstreams[0].idle_timeout = -5 (upstream 'local', in {file}): must be greater than 0"),
+        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nmax_retries = -1\n', {}, {},
+         "upstreams[0].max_retries = -1 (upstream 'local', in {file})"),
+        ('[[models]]\nname = "m"\ncontext_window = 0\n', {"upstream": "http://a/v1"}, {},
+         "models[0].context_window = 0 (model 'm', in {file}): must be greater than 0"),
+    ],
+)
+def test_out_of_range_values_stop_the_start_naming_the_setting_and_its_source(
+    tmp_path: Path, toml: str, cli: dict[str, object], environ: dict[str, str], fragment: str
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(cli, config, environ=environ)
+    assert fragment.format(file=config) in str(info.value)
+
+
+def test_a_route_to_an_unknown_upstream_names_the_model_entry_the_file_and_the_upstreams(tmp_path: Path) -> None:
+    config = tmp_path / "codexgate.toml"
+    config.write_text(
+        '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n[[upstreams]]\nname = "b"\nbase_url = "http://b/v1"\n'
+        '[[models]]\nname = "m"\nupstream = "nope"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert str(info.value) == (
+        f"invalid settings: models[0] (in {config}): model 'm' routes to unknown upstream 'nope'; "
+        "the upstreams are: a, b"
+    )
+
+
+def test_an_unknown_kind_is_echoed_with_the_valid_kinds(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "x"\nkind = "ollama"\nbase_url = "http://a/v1"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    message = str(info.value)
+    assert "upstreams[0].kind = 'ollama' (upstream 'x', in " in message
+    assert "must be 'chat', 'responses', 'codex' or 'embedded'" in message
+
+
+def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert f"upstreams[0].developer_role (upstream 'agent', in {config}): developer_role applies to upstreams of kind chat" in str(info.value)
+
+
+def test_a_global_setting_inside_an_upstream_says_it_is_global(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in str(info.value)
+    assert "history_cache_mb is set at the top level of the file" in str(info.value)

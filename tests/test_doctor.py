@@ -178,3 +178,54 @@ def test_the_command_prints_the_report_and_writes_the_config(
     assert "probing tool calls ..." in out  # progress, shown line by line off a terminal
     assert "✗ context window: 4096 tokens" in out and 'text_tool_calls = "hermes"' in out
     assert load_settings({}, config, environ={}).models[0].name == "qwen2.5:7b"
+
+
+async def models_but_no_chat(scope: Any, receive: Any, send: Any) -> None:
+    """A server that lists models at this base URL but has no chat API there."""
+    if scope["type"] != "http":
+        return
+    found = scope["path"].endswith("/models")
+    body = json.dumps({"object": "list", "data": [{"id": "m"}]} if found else {"detail": "Not Found"})
+    await send({"type": "http.response.start", "status": 200 if found else 404,
+                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body.encode()})
+
+
+async def test_a_chat_path_that_is_wrong_stops_the_probes_and_nothing_is_recommended() -> None:
+    report = await Doctor(ASGIUpstreamTransport(models_but_no_chat), BASE, timeout=5).run()
+    assert [(c.name, c.status) for c in report.checks] == [("reachable", "ok"), ("streaming", "fail")]
+    assert not report.ok and report.unwritable is not None
+    assert report.unwritable.startswith("the upstream URL is wrong: ") and "404" in report.unwritable
+
+
+async def test_a_probe_that_gets_no_answer_fails_its_check() -> None:
+    from codexgate.errors import UpstreamConnectError
+
+    class DiesOnTheUnknownModel(ASGIUpstreamTransport):
+        async def open(self, method: str, url: str, headers: Any, body: Any, connect_timeout: float) -> Any:
+            if body and b"codexgate-doctor-no-such-model" in body:
+                raise UpstreamConnectError("the server died")  # no answer at all
+            return await super().open(method, url, headers, body, connect_timeout)
+
+    report = await Doctor(DiesOnTheUnknownModel(FakeUpstream(server())), BASE, timeout=5).run()
+    status, _, details = check(report, "errors")
+    assert status == "fail" and any(d.startswith("unknown model: no answer") for d in details)
+    assert not report.ok
+    assert report.unwritable is None  # chat requests were answered: the URL is right
+
+
+@pytest.mark.parametrize("app", [models_but_no_chat, None])
+def test_write_never_saves_a_url_found_wrong(
+    app: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_first_contact import closed_port_url
+
+    config = tmp_path / "c.toml"
+    if app is None:
+        code = main(["doctor", "--upstream", closed_port_url(), "--timeout", "2", "--write", str(config)])
+    else:
+        with run_asgi_server(app) as url:
+            code = main(["doctor", "--upstream", url + "/v1", "--timeout", "5", "--write", str(config)])
+    out = capsys.readouterr().out
+    assert code == 1 and not config.exists()
+    assert "nothing written to" in out and "No settings recommended" in out and "[[upstreams]]" not in out

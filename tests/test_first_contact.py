@@ -180,3 +180,16 @@ async def test_the_response_echoes_the_sampling_values_actually_sent() -> None:
         (defaulted["temperature"], defaulted["top_p"]) == (sent["temperature"], sent["top_p"]) == (0.7, 0.8)
     )
     assert chosen.json()["temperature"] == fake.requests[1].body["temperature"] == 0.2
+
+
+async def test_with_no_sampling_sent_the_echo_is_the_responses_default_as_documented() -> None:
+    """docs/operations.md: the Open Responses schema requires numbers, so sampling the gateway
+    did not send reads 1.0 (the API's default), never a value of its own invention."""
+    from tests.support.openresponses import validate_response
+
+    async with gateway([text_reply("ok")]) as (client, fake, _):
+        body = (await client.post("/v1/responses", json={"model": "some-unknown-model", "input": "x"})).json()
+    sent = fake.requests[0].body
+    assert "temperature" not in sent and "top_p" not in sent
+    assert (body["temperature"], body["top_p"]) == (1.0, 1.0)
+    validate_response(body)

@@ -57,7 +57,8 @@ class EchoUpstream:
         # The bare token too, in a shape no credential pattern recognises.
         tokens = [v.split()[-1] for k, v in headers.items() if k == "authorization"]
         echo = f"you sent {orjson.dumps(headers).decode()} to {scope['path']}; tokens {tokens}"
-        kind = self.script.popleft() if self.script else "400"
+        # The script is for chat requests: a GET (the gateway's start-up probe) echoes a 400.
+        kind = self.script.popleft() if self.script and scope["method"] == "POST" else "400"
         if kind == "stream_error":
             chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
             body = b"data: " + orjson.dumps(chunk) + b"\n\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -41,6 +42,7 @@ from codexgate.server.recorder import Recorder
 from codexgate.server.state import ResponseState
 from codexgate.server.ui import install_live_view
 from codexgate.server.websocket import SocketLimits
+from codexgate.server.workers import worker_id
 from codexgate.store import open_store
 from codexgate.store.base import Retention, Store
 
@@ -292,6 +294,58 @@ class _LocalServerFinder:
             await self._fallback.aclose()
 
 
+# Upstreams asked for their models at start: HTTP ones, for which asking is one GET. Asking
+# Codex means starting `codex app-server` (seconds, a process) for a model that may never be
+# used; the embedded model reports its own build and start.
+_PROBED_KINDS = frozenset(("chat", "responses"))
+
+
+class StartupProbe:
+    """At start, asks each configured upstream whether it answers, in the background (neither
+    startup nor the first request waits for it), and logs one line per upstream: reachable
+    with its models, or what is wrong. Under `--workers`, only worker 1 asks."""
+
+    def __init__(self, router: Router[Backend], kinds: Mapping[str, str]) -> None:
+        self._router = router
+        self._kinds = dict(kinds)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if worker_id() in (None, "1") and self._kinds:
+            self._task = asyncio.create_task(self._run(), name="codexgate-startup-probe")
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._one(name, kind) for name, kind in self._kinds.items()))
+
+    async def _one(self, name: str, kind: str) -> None:
+        backend = self._router.backends.get(name)
+        if backend is None:
+            return
+        if kind == "codex":
+            said = "not asked at start; codex app-server starts on the first request"
+            log.info("upstream %r (codex): %s", name, said)
+        if kind not in _PROBED_KINDS:
+            return  # the embedded model logs its own build and start
+        try:
+            listing = await backend.reachability()
+        except Exception:  # a probe must never take the gateway down
+            log.exception("upstream %r: the start-up probe failed", name)
+            return
+        if listing.cause is None:
+            shown = ", ".join(listing.models[:5]) + (", ..." if len(listing.models) > 5 else "")
+            count = len(listing.models)
+            log.info("upstream %r (%s): reachable, %d model%s: %s", name, listing.base_url, count,
+                     "" if count == 1 else "s", shown)  # fmt: skip
+        else:
+            log.warning("upstream %r: %s", name, listing.problem())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     """The upstream credentials this process holds: API keys and URL passwords."""
     found: list[str] = []
@@ -331,6 +385,27 @@ def _with_log_redaction(
     return on_startup, on_shutdown
 
 
+def _lifespan(
+    settings: Settings,
+    router: Router[Backend],
+    transport: Transport,
+    once: OnceLog,
+    environ: Mapping[str, str],
+    redactor: Redactor,
+) -> tuple[_LocalServerFinder, Callable[[], Any], Callable[[], Any]]:
+    """The finder of a local server, and the app's start and stop hooks: at start the probe of
+    the upstreams (in the background), then the finder; at stop both end, then the backends."""
+    finder = _LocalServerFinder(settings, router, transport, once, environ)
+    probe = StartupProbe(router, kinds={u.name: u.kind for u in settings.all_upstreams()})
+
+    async def startup() -> None:
+        probe.start()  # in the background: nothing waits for it
+        await finder.startup()
+
+    shutdown = _then(probe.aclose, finder.aclose)
+    return finder, *_with_log_redaction(redactor, startup, transport, router, shutdown)
+
+
 def build_app(
     settings: Settings,
     transport: Transport | None = None,
@@ -363,8 +438,7 @@ def build_app(
     if settings.discover:
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
 
-    finder = _LocalServerFinder(settings, router, transport, once, environ)
-    on_startup, on_shutdown = _with_log_redaction(redactor, finder.startup, transport, router, finder.aclose)
+    finder, on_startup, on_shutdown = _lifespan(settings, router, transport, once, environ, redactor)
     if recorder is not None:
         on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
     tracing = traces(settings)  # None: traces are off

@@ -11,126 +11,14 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from codexgate import __version__
 from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings, resolve_config_file
-from codexgate.server.workers import usable_cores
+from codexgate.flags import SETUP_SETTINGS, add_config_flag, add_setting_flags
+from codexgate.server.workers import check_address, usable_cores
 
 log = logging.getLogger("codexgate")
-
-
-def _setting_flag(parser: argparse.ArgumentParser, name: str, help: str, **kwargs: Any) -> None:
-    """A flag for the setting `name`, its help ending with the default and the environment
-    variable that sets it too. The argparse default is None so that only flags the user typed
-    override the environment and the file."""
-    env = ENV_PREFIX + name.upper()
-    flag = kwargs.pop("flag", "--" + name.replace("_", "-"))
-    if kwargs.get("action") == "store_const":  # a switch: say the value the variable takes
-        suffix = f"env {env}={str(kwargs['const']).lower()}"
-    else:
-        default = Settings.model_fields[name].get_default(call_default_factory=True)
-        suffix = f"env {env}" if default is None else f"default {default}; env {env}"
-    parser.add_argument(flag, dest=name, help=f"{help} ({suffix})", **kwargs)
-
-
-def _serve_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        type=Path,
-        metavar="FILE",
-        help=f"TOML file with upstreams and model routes (env {ENV_PREFIX}CONFIG)",
-    )
-    _setting_flag(parser, "host", "address to listen on", metavar="ADDRESS")
-    _setting_flag(parser, "port", "port to listen on", type=int, metavar="PORT")
-    _setting_flag(
-        parser,
-        "upstream",
-        "base URL of one Chat Completions server, e.g. http://127.0.0.1:11434/v1 "
-        "(default: look for a local one)",
-        metavar="URL",
-    )
-    _setting_flag(
-        parser, "upstream_api_key_env", "environment variable holding the upstream's API key", metavar="VAR"
-    )
-    _setting_flag(
-        parser,
-        "idle_timeout",
-        "seconds the upstream may stay silent, before its first byte (retries included) and between events",
-        type=float,
-        metavar="SECONDS",
-    )
-    _setting_flag(
-        parser, "connect_timeout", "seconds to connect to an upstream", type=float, metavar="SECONDS"
-    )
-    _setting_flag(
-        parser,
-        "max_retries",
-        "retries of connect errors and 5xx before the first byte",
-        type=int,
-        metavar="N",
-    )
-    _setting_flag(parser, "max_body_bytes", "largest request body accepted", type=int, metavar="BYTES")
-    _setting_flag(
-        parser, "history_cache_mb", "memory for each conversation's last request, reused next turn (0: off)",
-        type=int, metavar="MIB",
-    )  # fmt: skip
-    _setting_flag(
-        parser, "history_cache_min_kb", "remember only conversations whose request is at least this large",
-        type=int, metavar="KIB",
-    )  # fmt: skip
-    _setting_flag(
-        parser,
-        "max_output_bytes",
-        "model output per response before it ends incomplete (max_output_tokens)",
-        type=int,
-        metavar="BYTES",
-    )
-    _setting_flag(
-        parser, "max_request_seconds", "total seconds one response may take", type=float, metavar="SECONDS"
-    )
-    _setting_flag(
-        parser,
-        "shutdown_grace",
-        "on SIGTERM, seconds open responses may take to finish before they end with server_shutting_down",
-        type=float,
-        metavar="SECONDS",
-    )
-    _setting_flag(
-        parser,
-        "discover",
-        "do not look for a local model server when no upstream is given",
-        flag="--no-discover",
-        action="store_const",
-        const=False,
-    )
-    _setting_flag(
-        parser,
-        "embedded",
-        "with no upstream given and none found, do not run the embedded model (SmolLM2-135M)",
-        flag="--no-embedded",
-        action="store_const",
-        const=False,
-    )
-    _setting_flag(
-        parser, "ui", "do not serve the live view at /ui", flag="--no-ui", action="store_const", const=False
-    )
-    _setting_flag(parser, "log_level", "debug, info, warning, error or critical", metavar="LEVEL")
-    _setting_flag(
-        parser, "workers", "gateway processes sharing the port; 0: one per core", metavar="N", type=int
-    )
-    _setting_flag(
-        parser, "record_dir", "record each turn into this directory, secrets masked (off by default)",
-        metavar="DIR",
-    )  # fmt: skip
-    _setting_flag(parser, "log_format", "logfmt, or json: one object per line", metavar="FORMAT")
-    _setting_flag(
-        parser,
-        "allow_unauthenticated",
-        "serve clients beyond loopback without API keys (they can spend the upstream)",
-        action="store_const",
-        const=True,
-    )
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
@@ -142,9 +30,13 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from codexgate.app import build_app
     from codexgate.server import serve
+    from codexgate.server.auth import resolve_api_keys
     from codexgate.server.logs import configure_logging
 
     settings = _settings_from(args)
+    # Refusals come first, each one line, before anything starts or logs.
+    serve.check_exposure(settings, bool(resolve_api_keys(settings.api_keys, os.environ)))
+    check_address(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     config_file = resolve_config_file(args.config, os.environ)
     count = settings.workers or usable_cores()
@@ -166,12 +58,9 @@ def serve_workers(settings: Settings, count: int, config_file: Path | None) -> i
     and serves the shared socket, with its share of max_connections."""
     from codexgate.app import build_app
     from codexgate.server import serve
-    from codexgate.server.auth import resolve_api_keys
     from codexgate.server.workers import Supervisor, listen
 
-    # Checked once, before any worker starts: a refusal is one line, not N.
-    keys = resolve_api_keys(settings.api_keys, os.environ)
-    serve.check_exposure(settings, bool(keys))
+    # Refusals were checked once, before any worker starts (_serve): one line, not N.
     per_worker = settings.model_copy(update={"max_connections": max(1, settings.max_connections // count)})
     sock = listen(settings)
     host, port = sock.getsockname()[:2]
@@ -213,30 +102,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"codexgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_serve(commands)
+    _add_codex_setup(commands)
+    _add_doctor(commands)
+    _add_replay(commands)
+    return parser
 
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_serve(commands: Commands) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the gateway",
         description=(
-            "Serve the OpenAI Responses API (/v1/responses, /v1/models) to Codex over a Chat "
-            "Completions server. Every flag is also an environment variable and a key of the --config "
-            "file; flags win over the environment, which wins over the file."
+            "Serve the OpenAI Responses API (/v1/responses, over HTTP and WebSocket), Chat Completions "
+            "(/v1/chat/completions) and the model list (/v1/models) over Chat Completions servers, "
+            "Responses servers or Codex itself. Every flag is also an environment variable and a key "
+            "of the --config file; flags win over the environment, which wins over the file."
         ),
     )
-    _serve_flags(serve)
+    add_config_flag(serve)
+    add_setting_flags(serve)
     serve.set_defaults(run=_serve)
 
+
+def _add_codex_setup(commands: Commands) -> None:
     setup = commands.add_parser(
         "codex-setup",
         help="write the Codex profile and model catalog for the gateway",
         description=(
             "Write a Codex profile and model catalog (model_catalog_json) into the Codex home, so that "
             "Codex reaches the gateway and knows each model's tools and context window; prints the "
-            "command that runs Codex through it. Takes the same settings as `serve` (the gateway's "
-            "address and upstream); with no upstream it looks for a local model server like `serve`."
+            "command that runs Codex through it. Reads the gateway's address and upstreams as `serve` "
+            "does (these flags, their variables, the --config file); with no upstream it looks for a "
+            "local model server like `serve`."
         ),
     )
-    _serve_flags(setup)
+    add_config_flag(setup)
+    add_setting_flags(setup, SETUP_SETTINGS)
     setup.add_argument(
         "--gateway-url",
         metavar="URL",
@@ -262,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Codex home to write into (default $CODEX_HOME, else ~/.codex)",
     )
     setup.add_argument("--profile", default="codexgate", help="Codex profile name (default codexgate)")
+    _add_codex_choices(setup)
+    setup.set_defaults(run=_codex_setup)
+
+
+def _add_codex_choices(setup: argparse.ArgumentParser) -> None:
     setup.add_argument(
         "--no-websockets",
         dest="websockets",
@@ -282,14 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="variable Codex sends as its bearer token (default, when the gateway has API keys: the "
         "first key's key_env, or CODEXGATE_API_KEY for keys from CODEXGATE_API_KEYS)",
     )
-    setup.set_defaults(run=_codex_setup)
 
+
+def _add_doctor(commands: Commands) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="probe an upstream and recommend settings for it",
         description=(
             "Probe a Chat Completions server as Codex will use it: models, streaming, usage, "
-            "tool calls, reasoning, context window, errors. Exits 1 when something would break Codex."
+            "tool calls, reasoning, context window, errors. Exits 1 when a probe failed or found "
+            "something that would break Codex."
         ),
     )
     doctor.add_argument(
@@ -314,10 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--timeout", type=float, default=120.0, help="seconds per probe (default 120)")
     doctor.add_argument(
-        "--write", type=Path, metavar="CONFIG", help="merge the recommended settings into this TOML file"
+        "--write",
+        type=Path,
+        metavar="CONFIG",
+        help="merge the recommended settings into this TOML file (never for a URL found wrong, or a "
+        "server that answered no chat request)",
     )
     doctor.set_defaults(run=_doctor)
 
+
+def _add_replay(commands: Commands) -> None:
     replay = commands.add_parser(
         "replay",
         help="run a recorded turn again and compare its events",
@@ -346,7 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write a pytest file replaying the recording (copied to tests/fixtures/recordings/)",
     )
     replay.set_defaults(run=_replay)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

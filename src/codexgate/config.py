@@ -42,9 +42,26 @@ class ConfigError(Exception):
     """The settings cannot be built; the message says what to fix."""
 
 
+class SettingError(ValueError):
+    """A check across settings that failed at `loc` (e.g. ("models", 0) or ("base_url",),
+    relative to the table that checks), so the message can name the entry and its source."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+# Bounds shared by many settings: a value outside them is certainly a mistake (a timeout of
+# more than a day, a budget of a terabyte), not a wish.
+DAY = 86_400.0
+_GIB = 1024**3
+_MAX_WINDOW = 100_000_000  # tokens; the largest context windows offered are ~10M
+
+
 def _check_text_tool_calls(mode: str) -> None:
     if mode not in TEXT_TOOL_CALL_MODES:
-        raise ValueError(f"text_tool_calls must be one of {', '.join(TEXT_TOOL_CALL_MODES)}, not {mode!r}")
+        modes = ", ".join(TEXT_TOOL_CALL_MODES)
+        raise SettingError(("text_tool_calls",), f"text_tool_calls must be one of {modes}, not {mode!r}")
 
 
 # Paths that end an endpoint rather than an API base: the gateway appends /chat/completions
@@ -147,11 +164,11 @@ class UpstreamConfig(_Strict):
     base_url: str | None = None  # chat and responses: the API base (required)
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    connect_timeout: float | None = None  # None: the global value
-    idle_timeout: float | None = None
-    max_retries: int | None = None
-    max_output_bytes: int | None = Field(default=None, gt=0)  # None: the global values
-    max_request_seconds: float | None = Field(default=None, gt=0)
+    connect_timeout: float | None = Field(default=None, gt=0, le=3600)  # None: the global value
+    idle_timeout: float | None = Field(default=None, gt=0, le=DAY)
+    max_retries: int | None = Field(default=None, ge=0, le=100)
+    max_output_bytes: int | None = Field(default=None, gt=0, le=_GIB)  # None: the global values
+    max_request_seconds: float | None = Field(default=None, gt=0, le=DAY)
     developer_role: DeveloperRole = "merge"
     reasoning_replay: ReasoningReplay = "reasoning_content"
     send_reasoning_effort: bool = False
@@ -183,13 +200,13 @@ class UpstreamConfig(_Strict):
     approval_answer: ApprovalAnswer = "decline"
     # Seconds a Codex turn waits for the client to return a tool call's result; then the call
     # fails (the model is told) and a late result is refused.
-    tool_result_timeout: float = Field(default=300.0, gt=0)
-    max_threads: int = Field(default=64, gt=0)  # conversations kept as Codex threads (LRU)
+    tool_result_timeout: float = Field(default=300.0, gt=0, le=DAY)
+    max_threads: int = Field(default=64, gt=0, le=100_000)  # conversations kept as Codex threads (LRU)
     # embedded: a GGUF of one's own (default: SmolLM2-135M), the context it runs with (default
     # 8192), llama-server's threads (default: every core).
     model_path: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
-    threads: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=_MAX_WINDOW)
+    threads: int | None = Field(default=None, gt=0, le=1024)
 
     @model_validator(mode="after")
     def _check_modes(self) -> UpstreamConfig:
@@ -197,11 +214,11 @@ class UpstreamConfig(_Strict):
         for name in sorted(self.model_fields_set & _KIND_FIELDS.keys()):
             kinds = _KIND_FIELDS[name]
             if self.kind not in kinds and getattr(self, name) is not None:
-                raise ValueError(
-                    f"{name} applies to upstreams of kind {' or '.join(sorted(kinds))}, not {self.kind!r}"
-                )
+                allowed = " or ".join(sorted(kinds))
+                message = f"{name} applies to upstreams of kind {allowed}, not {self.kind!r}"
+                raise SettingError((name,), message)
         if self.kind in ("chat", "responses") and not self.base_url:
-            raise ValueError(f"an upstream of kind {self.kind!r} needs a base_url")
+            raise SettingError(("base_url",), f"an upstream of kind {self.kind!r} needs a base_url")
         return self
 
     def dialect(self) -> ChatDialect:
@@ -219,7 +236,7 @@ class ModelConfig(_Strict):
     upstream: str | None = None  # None: the only upstream
     model: str | None = None
     aliases: list[str] = Field(default_factory=list)
-    context_window: int | None = None
+    context_window: int | None = Field(default=None, gt=0, le=_MAX_WINDOW)
     supports_images: bool = False
     supports_reasoning: bool = False
     extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. default sampling
@@ -261,18 +278,22 @@ class Settings(_Strict):
     port: int = Field(default=8787, ge=0, le=65535)  # 0: any free port (the log says which)
     upstream: str | None = None  # one upstream given by flag or env: becomes "default"
     upstream_api_key_env: str | None = None
-    idle_timeout: float = 300.0
-    connect_timeout: float = 10.0
-    max_retries: int = 2
-    retry_backoff: float = 0.5
-    max_retry_wait: float = 30.0
-    max_body_bytes: int = 64 * 1024 * 1024
+    idle_timeout: float = Field(default=300.0, gt=0, le=DAY)
+    connect_timeout: float = Field(default=10.0, gt=0, le=3600)
+    # Retries before the upstream's first byte (backends/http_stream.py): retry n waits
+    # retry_backoff * 2**(n-1) (+-10%), except that the first retry after a connection error
+    # is immediate, and a Retry-After the upstream sends wins; a wait over max_retry_wait, or
+    # past the idle_timeout budget, is not waited: the error is answered.
+    max_retries: int = Field(default=2, ge=0, le=100)
+    retry_backoff: float = Field(default=0.5, ge=0, le=3600)
+    max_retry_wait: float = Field(default=30.0, ge=0, le=DAY)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=_GIB)
     # Bounds on one response, far above any real Codex turn (a turn's answer is kilobytes to
     # a few hundred kilobytes; long turns take minutes): output past the first ends the
     # response `incomplete` (max_output_tokens), a response outlasting the second fails
     # with upstream_timeout.
-    max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
-    max_request_seconds: float = Field(default=3600.0, gt=0)
+    max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=_GIB)
+    max_request_seconds: float = Field(default=3600.0, gt=0, le=DAY)
     # What is remembered of each conversation between turns, so that the history Codex
     # re-sends every turn is validated and translated once (memo.py): at most this many MiB
     # of request bodies for the Responses face and as many per upstream; 0 turns it off.
@@ -280,8 +301,8 @@ class Settings(_Strict):
     # shorter one is read again in well under a millisecond, and remembering it costs about
     # 2.5 times its size (bench/under_load.py: 500 sessions of 50 KB would keep ~30 MB for
     # ~0.3 ms a turn, and none of it is used when more sessions than entries take turns).
-    history_cache_mb: int = Field(default=64, ge=0)
-    history_cache_min_kb: int = Field(default=128, ge=0)
+    history_cache_mb: int = Field(default=64, ge=0, le=1024 * 1024)
+    history_cache_min_kb: int = Field(default=128, ge=0, le=1024 * 1024)
     # Stored responses (previous_response_id, item_reference, GET /v1/responses/{id}, compaction
     # keys; docs/state.md): SQLite by default at store_path (default
     # $XDG_DATA_HOME/codexgate/store.sqlite3), Redis or PostgreSQL at store_url for several
@@ -289,19 +310,19 @@ class Settings(_Strict):
     store: Literal["sqlite", "redis", "postgres", "none"] = "sqlite"
     store_path: str | None = None
     store_url: str | None = None
-    store_max_age_days: float = Field(default=30.0, gt=0)
-    store_max_mb: int = Field(default=1024, gt=0)
+    store_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
+    store_max_mb: int = Field(default=1024, gt=0, le=1024**3)
     # The transcript recorder (server/recorder.py; docs/operations.md "Transcripts"): off unless
     # record_dir is set; then each turn is one JSON file there, secrets masked, kept at most
     # record_max_age_days and record_max_mb (the oldest go first).
     record_dir: str | None = None
-    record_max_age_days: float = Field(default=7.0, gt=0)
-    record_max_mb: int = Field(default=512, gt=0)
+    record_max_age_days: float = Field(default=7.0, gt=0, le=36_500)
+    record_max_mb: int = Field(default=512, gt=0, le=1024**3)
     # WebSocket mode of /v1/responses (server/websocket.py): connections at once, a
     # connection's lifetime in seconds, and what one connection remembers of its last response.
-    websocket_max_connections: int = Field(default=256, ge=0)
-    websocket_max_lifetime: float = Field(default=3600.0, gt=0)
-    websocket_max_memory_mb: float = Field(default=64.0, ge=0)
+    websocket_max_connections: int = Field(default=256, ge=0, le=1_000_000)  # 0: none
+    websocket_max_lifetime: float = Field(default=3600.0, gt=0, le=7 * DAY)
+    websocket_max_memory_mb: float = Field(default=64.0, ge=0, le=1024 * 1024)
     # Gateway processes sharing the port (server/workers.py); 0: one per usable core.
     workers: int = Field(default=1, ge=0, le=256)
     discover: bool = True  # look for a local model server when no upstream is configured
@@ -328,15 +349,17 @@ class Settings(_Strict):
     allowed_hosts: list[str] = Field(default_factory=list)  # Host names besides IPs and localhost
     cors_origins: list[str] = Field(default_factory=list)  # browser origins allowed; none by default
     # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
-    header_timeout: float = 10.0  # seconds to receive a request's head
-    body_timeout: float = 60.0  # seconds to receive a request's body
-    keep_alive_timeout: float = 75.0  # seconds an idle keep-alive connection is kept
-    max_connections: int = 1000
-    max_idle_connections: int = 256  # beyond this, the longest-idle connection is closed
-    max_header_bytes: int = 64 * 1024
+    header_timeout: float = Field(default=10.0, gt=0, le=3600)  # seconds to receive a request's head
+    body_timeout: float = Field(default=60.0, gt=0, le=DAY)  # seconds to receive a request's body
+    # Seconds an idle keep-alive connection is kept; past max_idle_connections of them, the
+    # longest-idle one is closed (0: none is kept idle).
+    keep_alive_timeout: float = Field(default=75.0, gt=0, le=DAY)
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    max_idle_connections: int = Field(default=256, ge=0, le=1_000_000)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     # On SIGTERM, seconds the open responses may take to finish before each still open ends
     # with response.failed `server_shutting_down` (server/serve.py; docs/deploy.md).
-    shutdown_grace: float = Field(default=30.0, ge=0)
+    shutdown_grace: float = Field(default=30.0, ge=0, le=DAY)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -358,13 +381,24 @@ class Settings(_Strict):
     @model_validator(mode="after")
     def _check_routes(self) -> Settings:
         names = [u.name for u in self.all_upstreams()]
-        if len(names) != len(set(names)):
-            raise ValueError(f"upstream names must be unique, got {names}")
-        for model in self.models:
+        offset = len(names) - len(self.upstreams)  # --upstream's "default" comes first
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                where = ("upstreams", i - offset, "name") if i >= offset else ("upstream",)
+                raise SettingError(where, f"upstream names must be unique: {name!r} is used twice")
+        listed = ", ".join(names) or "none"
+        for i, model in enumerate(self.models):
             if model.upstream is None and len(names) != 1:
-                raise ValueError(f"model {model.name!r} must name its upstream (there are {len(names)})")
+                raise SettingError(
+                    ("models", i, "upstream"),
+                    f"model {model.name!r} must name its upstream (there are {len(names)}: {listed})",
+                )
             if model.upstream is not None and model.upstream not in names:
-                raise ValueError(f"model {model.name!r} routes to unknown upstream {model.upstream!r}")
+                raise SettingError(
+                    ("models", i),
+                    f"model {model.name!r} routes to unknown upstream {model.upstream!r}; "
+                    f"the upstreams are: {listed}",
+                )
         return self
 
     def all_upstreams(self) -> list[UpstreamConfig]:
@@ -380,10 +414,9 @@ class Settings(_Strict):
         return upstreams
 
 
-_SCALAR_FIELDS = {
-    name for name, f in Settings.model_fields.items() if name not in ("upstreams", "models", "api_keys")
-}
-_LIST_FIELDS = {"allowed_hosts", "cors_origins"}  # comma-separated in the environment
+TABLE_SETTINGS = frozenset(("upstreams", "models", "api_keys"))  # the file's alone; the rest are flags
+_SCALAR_FIELDS = {name for name in Settings.model_fields if name not in TABLE_SETTINGS}
+LIST_SETTINGS = frozenset(("allowed_hosts", "cors_origins"))  # comma-separated in flags and environment
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -391,7 +424,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for name in _SCALAR_FIELDS:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw != "":
-            if name in _LIST_FIELDS:
+            if name in LIST_SETTINGS:
                 values[name] = [item.strip() for item in raw.split(",") if item.strip()]
             else:
                 values[name] = raw  # pydantic converts "300" and "false"
@@ -427,7 +460,7 @@ def load_settings(
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(_describe(e, sources) for e in exc.errors())
+        problems = "; ".join(_describe(e, sources, merged) for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
 
 
@@ -438,20 +471,46 @@ _TABLE_FIELDS = {
 }
 
 
-def _describe(error: Any, sources: Mapping[str, str]) -> str:
-    """One validation error as a line a person can act on."""
-    loc = [str(p) for p in error["loc"]]
-    where = ".".join(loc) or "settings"
-    message = str(error["msg"]).removeprefix("Value error, ")
+def _describe(error: Any, sources: Mapping[str, str], data: Mapping[str, Any]) -> str:
+    """One validation error as a line a person can act on: the setting's path (an entry of a
+    table by its index, `upstreams[0].idle_timeout`, and by its name), the value, where it
+    came from (flag, environment variable or file) and what is wrong."""
+    loc = list(error["loc"])
+    cause = (error.get("ctx") or {}).get("error")
+    shown = ""
+    if isinstance(cause, SettingError):  # a check across settings: it says where it failed
+        loc += cause.loc
+        message = str(cause)
+    else:
+        message = str(error["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+        value = error.get("input")
+        if isinstance(value, (str, int, float)) and loc:
+            shown = f" = {value!r}"
     if error["type"] == "extra_forbidden":
-        known = _TABLE_FIELDS.get(loc[0], Settings.model_fields) if len(loc) > 1 else Settings.model_fields
-        close = difflib.get_close_matches(loc[-1], list(known), n=1, cutoff=0.6)
+        known = _TABLE_FIELDS.get(str(loc[0]), {}) if len(loc) > 1 else {}
+        known = known or Settings.model_fields
+        close = difflib.get_close_matches(str(loc[-1]), list(known), n=1, cutoff=0.6)
         message = "unknown setting" + (f"; did you mean {close[0]!r}?" if close else "")
-    message = message.replace("Input should be", "must be")
-    source = sources.get(loc[0]) if loc else None
-    value = error.get("input")
-    shown = f" = {value!r}" if isinstance(value, (str, int, float)) and len(loc) == 1 else ""
-    return f"{where}{shown} ({source}): {message}" if source else f"{where}{shown}: {message}"
+        if len(loc) > 1 and loc[-1] in Settings.model_fields:
+            message = f"not a setting of {loc[0]}: {loc[-1]} is set at the top level of the file, for all"
+    if not loc:
+        return message
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    context = [c for c in (_entry_name(loc, data, message), sources.get(str(loc[0]))) if c]
+    return f"{where}{shown} ({', '.join(context)}): {message}" if context else f"{where}{shown}: {message}"
+
+
+def _entry_name(loc: list[Any], data: Mapping[str, Any], message: str) -> str | None:
+    """The entry an error is inside, by name (`upstream 'local'` for `upstreams[0]`) so that it
+    can be found by name as well as by index; None when the message names it already."""
+    if len(loc) < 2 or loc[0] not in _TABLE_FIELDS or not isinstance(loc[1], int):
+        return None
+    entries = data.get(loc[0])
+    entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
+    name = entry.get("name") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or repr(name) in message:
+        return None
+    return f"{loc[0].removesuffix('s').replace('_', ' ')} {name!r}"
 
 
 def resolve_config_file(config_file: Path | None, environ: Mapping[str, str]) -> Path | None:

@@ -24,7 +24,7 @@ from codexgate.backends.server_info import (
     server_root,
 )
 from codexgate.backends.transport import Transport
-from codexgate.errors import UpstreamConnectError, UpstreamError
+from codexgate.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout, UpstreamWrongURL
 from codexgate.translate.content import ContentStage
 from codexgate.translate.sampling import recommended_sampling, turn_token_cap
 from codexgate.translate.textcalls import CallPiece
@@ -81,6 +81,9 @@ class Findings:
     tool_calls: str | None = None  # structured | <text format> | prose | rejected
     window: ContextWindow | None = None
     overflow: str | None = None  # rejected | truncated | None (not probed)
+    # What made the URL itself wrong (nothing answers there, or not the API): settings with
+    # this URL are never written.
+    url_problem: str | None = None
 
 
 @dataclass
@@ -108,7 +111,19 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """No probe failed (a request that got no answer fails its check too)."""
         return not any(c.status == "fail" for c in self.checks)
+
+    @property
+    def unwritable(self) -> str | None:
+        """Why the recommended settings must not be written (their URL is wrong, or no chat
+        request succeeded, so nothing in them was seen to work); None: they may be."""
+        if self.findings.url_problem:
+            return f"the upstream URL is wrong: {self.findings.url_problem}"
+        for check in self.checks:
+            if check.name in ("reachable", "streaming") and check.status == "fail":
+                return f"no chat request succeeded ({check.name}: {check.summary})"
+        return None
 
 
 class Doctor:
@@ -131,6 +146,7 @@ class Doctor:
         self.on_step = on_step
         self.findings = Findings(base_url=self.base, model=model)
         self.checks: list[Check] = []
+        self._answered = False  # a chat request got a 200
 
     async def run(self) -> Report:
         steps = (
@@ -144,8 +160,8 @@ class Doctor:
             self.on_step(name)
             check = await step()
             self.checks.append(check)
-            if name == "reachable" and check.status == "fail":
-                break
+            if check.status == "fail" and (name == "reachable" or self.findings.url_problem):
+                break  # nothing answers there, or not the API: the other probes would only repeat it
         return Report(self.checks, self.findings, recommend(self.findings))
 
     # -- the probes
@@ -157,6 +173,8 @@ class Doctor:
         elapsed_ms = (time.perf_counter() - started) * 1000
         cause = listing.cause
         if cause in ("unreachable", "refused", "wrong_path"):
+            if cause != "refused":  # refused: the right place, wanting a key
+                f.url_problem = listing.problem()
             return Check("reachable", "fail", listing.problem() or "")
         f.models = listing.models
         f.server = await self._identify_server()
@@ -350,7 +368,10 @@ class Doctor:
         details: list[str] = []
         status: Status = "ok"
         unknown = await self.chat({**self._body("hi", max_tokens=1), "model": _NO_SUCH_MODEL})
-        if unknown.error is not None:
+        if unknown.error is not None and unknown.status == 0:
+            status = "fail"  # no answer at all: a probe that failed, not a way of failing
+            details.append(f"unknown model: no answer: {unknown.error.message}")
+        elif unknown.error is not None:
             details.append(f"unknown model: {unknown.status} → codexgate sends {unknown.error.code}")
         else:
             details.append("unknown model: answered anyway (the server ignores the model name)")
@@ -411,7 +432,18 @@ class Doctor:
         probe = await self._chat_once(body)
         if isinstance(probe.error, UpstreamConnectError) and probe.chunks == 0:
             probe = await self._chat_once(body)
+        self._note_url(probe)
         return probe
+
+    def _note_url(self, probe: ChatProbe) -> None:
+        """A chat request that shows the URL itself is wrong: a 404 for the API path, or, before
+        any request was answered, no answer at all (a server that breaks on one request later
+        is not at a wrong URL)."""
+        self._answered = self._answered or probe.status == 200
+        unanswered = probe.status == 0 and isinstance(probe.error, (UpstreamConnectError, UpstreamTimeout))
+        wrong = isinstance(probe.error, UpstreamWrongURL) or (unanswered and not self._answered)
+        if wrong and probe.error is not None and self.findings.url_problem is None:
+            self.findings.url_problem = probe.error.message
 
     async def _chat_once(self, body: dict[str, Any]) -> ChatProbe:
         probe = ChatProbe()

@@ -85,6 +85,10 @@ def render(report: Report, console: Console) -> None:
             console.print(
                 f"     {escape(line)}", style="dim" if check.status == "ok" else None, soft_wrap=True
             )
+    refused = report.unwritable
+    if refused is not None:
+        console.print(f"\n[bold]No settings recommended[/]: {escape(refused)}", soft_wrap=True)
+        return
     console.print("\n[bold]Recommended settings[/] (codexgate config, TOML):")
     console.print(escape(settings_toml(report.recommended)), highlight=False, soft_wrap=True)
     if "sampling_source" in report.recommended:
@@ -135,7 +139,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     report = asyncio.run(_run(args, console))
     render(report, console)
-    if args.write:
+    if args.write and report.unwritable is not None:
+        written = escape(str(args.write))
+        console.print(f"\n[red]nothing written to {written}[/]; fix the above and run doctor again")
+    elif args.write:
         write_settings(args.write, report.recommended)
         console.print(f"\nwrote the settings into {args.write}; run the gateway with --config {args.write}")
     return 0 if report.ok else 1

@@ -115,6 +115,10 @@ class UpstreamError(GatewayError):
     error_type = "server_error"
     default_code = Code.UPSTREAM_ERROR
     retryable: ClassVar[bool] = False  # may the gateway retry before answering?
+    # What failed, in words that follow the upstream's name ("refused the connection: nothing is
+    # listening on 127.0.0.1:8000"), set by the transport, which knows what failed but not
+    # which upstream it was; the backend that knows names it. None: the message says it all.
+    reason: str | None = None
 
 
 class UpstreamConnectError(UpstreamError):

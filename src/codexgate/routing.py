@@ -41,14 +41,18 @@ class Router(Generic[B]):
         for name in (model.name, *model.aliases):
             self.models[name] = route
 
+    def no_upstream(self) -> NoUpstream:
+        """The error for a gateway with no upstream at all, saying how to give one."""
+        looked = ", ".join(self.discovery_candidates) or "nowhere (discovery is off)"
+        return NoUpstream(NO_UPSTREAM_HELP.format(looked=looked))
+
     def resolve(self, name: str) -> Route[B]:
         """Raises ModelNotFound for an unknown name, NoUpstream when nothing is configured."""
         route = self.models.get(name)
         if route is not None:
             return route
         if not self.backends:
-            looked = ", ".join(self.discovery_candidates) or "nowhere (discovery is off)"
-            raise NoUpstream(NO_UPSTREAM_HELP.format(looked=looked))
+            raise self.no_upstream()
         if len(self.backends) == 1 and not self.routed:
             return Route(next(iter(self.backends.values())), name)
         known = ", ".join(sorted(self.models)) or "none"

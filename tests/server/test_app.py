@@ -320,8 +320,18 @@ async def test_bad_client_input_is_a_400_naming_the_parameter(
     assert fake.requests == []
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+async def test_a_body_that_is_not_json_is_said_plainly_on_every_face(path: str) -> None:
+    async with gateway() as (client, _, _):
+        response = await client.post(path, content=b"nope", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "The request body is not JSON: it starts with 'nope', where a JSON object starts with {."
+    )
+
+
 async def test_a_body_over_the_limit_is_a_413() -> None:
-    async with gateway(max_body_bytes=1000) as (client, _, _):
+    async with gateway(max_body_bytes=1024) as (client, _, _):
         response = await client.post("/v1/responses", json={"model": "m", "input": "x" * 2000})
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
@@ -381,15 +391,44 @@ async def test_models_of_a_pass_through_upstream_come_from_the_upstream() -> Non
     assert [m["id"] for m in models["data"]] == ["llama3", "qwen"]
 
 
+async def test_models_when_no_upstream_answers_is_a_503_saying_why_for_each() -> None:
+    """docs/faces.md: an empty list would say there are no models; nobody could be asked."""
+    async with gateway(fake=FakeUpstream([], models=["llama3"])) as (client, _, transport):
+        transport.fail_connect = True
+        response = await client.get("/v1/models")
+    error = response.json()["error"]
+    assert response.status_code == 503 and error["code"] == "upstream_unreachable"
+    assert "upstream 'default': unreachable: nothing answers at http://upstream.test/v1" in error["message"]
+
+
+async def test_routed_models_are_listed_even_when_their_upstream_is_down(tmp_path: Any) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text(
+        '[[upstreams]]\nname = "local"\nbase_url = "http://upstream.test/v1"\n[[models]]\nname = "coder"\n'
+    )
+    async with gateway(config=config) as (client, _, transport):
+        transport.fail_connect = True
+        models = (await client.get("/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["coder"]
+
+
+async def test_an_upstream_that_answers_with_no_models_is_an_empty_list() -> None:
+    async with gateway(fake=FakeUpstream([], models=[])) as (client, _, _):
+        response = await client.get("/v1/models")
+    assert response.status_code == 200 and response.json()["data"] == []
+
+
 async def test_without_an_upstream_requests_get_a_clear_error() -> None:
     app = build_app(
         load_settings({"discover": False}, environ={}), transport=ASGIUpstreamTransport(None), environ={}
     )
     async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
         response = await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+        models = await client.get("/v1/models")
     assert response.status_code == 503
     error = response.json()["error"]
     assert error["code"] == "no_upstream_configured" and "--upstream" in error["message"]
+    assert models.status_code == 503 and models.json()["error"]["code"] == "no_upstream_configured"
 
 
 async def test_discovery_finds_a_local_server_when_none_is_configured() -> None:

@@ -16,6 +16,7 @@ import uvicorn
 from codexgate.app import build_app
 from codexgate.config import Settings, load_settings
 from codexgate.server.serve import connection_limits, uvicorn_config
+from tests.support.asgi_upstream import ASGIUpstreamTransport
 
 BOUND = 5.0  # seconds any wait in these tests may take at most
 
@@ -158,7 +159,9 @@ async def test_a_truncated_body_held_open_gets_408_and_is_closed() -> None:
     settings = load_settings(
         {"upstream": "http://127.0.0.1:9/v1", "discover": False, "body_timeout": 0.3}, environ={}
     )
-    app = build_app(settings, environ={})
+    # No upstream is reached; a transport of no network, so that the start-up probe opens no
+    # session that this server's forced exit (no lifespan shutdown) would leave open.
+    app = build_app(settings, transport=ASGIUpstreamTransport(None), environ={})
     async with serving(app, header_timeout=5) as (port, _):
         reader, writer = await connect(port)
         writer.write(
@@ -292,7 +295,7 @@ async def test_a_long_stream_and_keep_alive_reuse_outlast_the_head_timeout() -> 
 async def test_a_websocket_upgrade_without_a_key_is_refused_on_the_wire() -> None:
     environ = {"CODEXGATE_API_KEYS": "ws-test-key-123456"}
     settings = load_settings({"upstream": "http://127.0.0.1:9/v1", "discover": False}, environ=environ)
-    app = build_app(settings, environ=environ)
+    app = build_app(settings, transport=ASGIUpstreamTransport(None), environ=environ)
     upgrade = (
         "GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{}\r\n"

@@ -48,6 +48,7 @@ async def test_a_server_that_never_answers_fails_within_the_idle_timeout_whateve
     assert response.status_code == 504 and error["code"] == "upstream_timeout"
     assert 0.4 <= _seconds_in(error["message"]) < 1.0
     assert "idle timeout 0.4 s" in error["message"] and "1 attempt" in error["message"]
+    assert error["message"].startswith(f"upstream 'default' ({UPSTREAM}) sent no response within")
     assert elapsed < 1.5 and requests == 1  # the old behaviour: (connect + idle) x 6 attempts
 
 
@@ -90,7 +91,7 @@ async def test_silence_between_events_names_the_idle_timeout() -> None:
         events = await stream_events(client, {"model": "m", "input": "x"})
     error = terminal(events)["response"]["error"]
     assert error["code"] == "upstream_timeout"
-    assert error["message"] == "The upstream sent nothing for 0.2 seconds (idle timeout)."
+    assert error["message"] == "upstream 'default' (http://upstream.test/v1) sent nothing for 0.2 seconds (idle timeout)."
 
 
 def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeout() -> None:
@@ -112,3 +113,48 @@ def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeo
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "upstream_timeout"
     assert elapsed < 2.5  # was (connect + idle) x attempts: 4 x 11 s with these flags
+
+
+class _Timed:
+    """A transport that notes when each POST attempt starts."""
+
+    def __init__(self, inner: ASGIUpstreamTransport) -> None:
+        self.inner = inner
+        self.times: list[float] = []
+
+    async def open(self, method: str, url: str, headers: Any, body: Any, connect_timeout: float) -> Any:
+        if method == "POST":
+            self.times.append(asyncio.get_running_loop().time())
+        return await self.inner.open(method, url, headers, body, connect_timeout)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _waits_between_attempts(inner: ASGIUpstreamTransport) -> list[float]:
+    timed = _Timed(inner)
+    flags = {"upstream": UPSTREAM, "discover": False, "retry_backoff": 0.1, "max_retries": 3}
+    app = build_app(load_settings(flags, environ={}), transport=timed, environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=10) as client:
+        response = await client.post("/v1/responses", json={"model": "m", "input": "x"})
+    assert response.status_code == 502
+    return [later - earlier for earlier, later in zip(timed.times, timed.times[1:], strict=False)]
+
+
+async def test_retry_n_waits_the_backoff_doubled_n_minus_1_times() -> None:
+    """docs/configuration.md, "Retries": 0.1 s, 0.2 s, 0.4 s (+-10%) after a 5xx."""
+    overloaded = error_reply(500, openai_error("worker crashed", error_type="server_error"))
+    waits = await _waits_between_attempts(ASGIUpstreamTransport(FakeUpstream([overloaded] * 10)))
+    assert len(waits) == 3
+    for wait, backoff in zip(waits, (0.1, 0.2, 0.4), strict=True):
+        assert backoff * 0.9 <= wait < backoff * 1.1 + 0.25, waits
+
+
+async def test_the_first_retry_after_a_connection_error_is_immediate() -> None:
+    """The same schedule, but the first retry does not wait (a pooled connection the server had
+    closed is the usual cause): 0 s, 0.2 s, 0.4 s."""
+    waits = await _waits_between_attempts(ASGIUpstreamTransport(None))
+    assert len(waits) == 3
+    assert waits[0] < 0.09, waits
+    for wait, backoff in zip(waits[1:], (0.2, 0.4), strict=True):
+        assert backoff * 0.9 <= wait < backoff * 1.1 + 0.25, waits

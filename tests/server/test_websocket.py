@@ -159,6 +159,7 @@ async def test_bad_frames_get_error_frames_and_the_connection_goes_on(tmp_path: 
         no_model = await turn(ws, model=None, input=[user("x")])
         fine = await turn(ws, input=[user("x")])
     assert not_json["type"] == "error" and not_json["status"] == 400
+    assert not_json["error"]["message"].startswith("The frame is not JSON: it starts with 'not json'")
     assert wrong_type["error"]["param"] == "type"
     assert no_model[-1]["error"]["param"] == "model"
     assert answer(fine) == "heard: x"

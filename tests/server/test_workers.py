@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.fake_upstream import FakeUpstream, stall_reply, text_reply
 from tests.support.servers import run_asgi_server
@@ -139,3 +141,29 @@ def test_two_workers_share_the_port_survive_a_death_and_stop_together(tmp_path: 
             assert tree.process.wait(timeout=BOUND) == 0
         for pid in workers:
             assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_one_line_before_anything_starts(workers: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "codexgate.cli", "serve", "--port", str(port), "--workers", workers,
+             "--no-discover", "--upstream", "http://127.0.0.1:9/v1"],
+            env={**os.environ, "CODEXGATE_CONFIG": ""}, capture_output=True, text=True, timeout=BOUND,
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"codexgate: port {port} on 127.0.0.1 is in use (by another program); choose another with --port N"
+    ), done.stderr
+
+
+def test_an_address_that_is_not_this_machine_s_says_so() -> None:
+    from codexgate.config import ConfigError
+    from codexgate.server.workers import check_address
+
+    with pytest.raises(ConfigError, match="192.0.2.1 is not an address of this machine; give one with --host"):
+        check_address("192.0.2.1", 8787)
+    check_address("127.0.0.1", 0)  # any free port: nothing to check

@@ -77,10 +77,12 @@ class _IdleWatchdog:
     byte within `idle` seconds of the one before.
 
     One timer per stream that re-arms itself, instead of a timeout object per chunk: on a
-    stream of thousands of small chunks that per-chunk cost was the largest asyncio overhead."""
+    stream of thousands of small chunks that per-chunk cost was the largest asyncio overhead.
+    `subject` names the upstream in the timeout's message."""
 
-    def __init__(self, idle: float, first_deadline: float, started: float) -> None:
+    def __init__(self, idle: float, first_deadline: float, started: float, subject: str) -> None:
         self._idle = idle
+        self._subject = subject
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         self._started = started
@@ -129,10 +131,10 @@ class _IdleWatchdog:
         if first is not None:
             waited = self._loop.time() - self._started
             return UpstreamTimeout(
-                f"The upstream answered but sent no data within {waited:.1f} seconds of the request "
+                f"{self._subject} answered but sent no data within {waited:.1f} seconds of the request "
                 f"(idle timeout {self._idle:g} s)."
             )
-        return UpstreamTimeout(f"The upstream sent nothing for {self._idle:g} seconds (idle timeout).")
+        return UpstreamTimeout(f"{self._subject} sent nothing for {self._idle:g} seconds (idle timeout).")
 
     def close(self) -> None:
         self._handle.cancel()
@@ -163,6 +165,11 @@ class HttpStream:
         self._started = 0.0  # loop time when open() began
         self._first_byte_deadline = 0.0
         self._deadline = float("inf")  # loop time by which the response must have ended
+
+    @property
+    def subject(self) -> str:
+        """The upstream as messages name it: its configured name and URL."""
+        return f"upstream {self._target.name!r} ({self._target.base_url})"
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -229,7 +236,8 @@ class HttpStream:
                 raise error  # no time left in the request's budget for another attempt
             attempt += 1
             self._counts["upstream.retry"] += 1
-            log.info("upstream %s: %s; retry %d in %.2fs", target.name, error.message, attempt, wait)
+            said = error.message.rstrip(".") if error.reason else f"{self.subject}: {error.message}"
+            log.info("%s; retry %d in %.2fs", said, attempt, wait)
             await asyncio.sleep(wait)
 
     async def _open_once(self, headers: dict[str, str], attempt: int) -> UpstreamResponse:
@@ -247,9 +255,16 @@ class HttpStream:
         except TimeoutError:
             attempts = f"{attempt + 1} attempts" if attempt else "1 attempt"
             raise UpstreamTimeout(
-                f"The upstream sent no response within {loop.time() - self._started:.1f} seconds "
+                f"{self.subject} sent no response within {loop.time() - self._started:.1f} seconds "
                 f"(idle timeout {target.idle_timeout:g} s, {attempts})."
             ) from None
+        except UpstreamError as exc:
+            if exc.reason is None:
+                raise
+            # The transport says what failed; the message says which upstream, in plain words.
+            named = type(exc)(f"{self.subject} {exc.reason}.", code=exc.code, retry_after=exc.retry_after)
+            named.reason = exc.reason
+            raise named from exc.__cause__
 
     async def _error_from(self, response: UpstreamResponse) -> UpstreamError:
         """The upstream's error, from the first 64 KB of its body (the rest is never read)."""
@@ -328,7 +343,7 @@ class HttpStream:
         watchdog = self._watchdog
         if watchdog is None:
             watchdog = self._watchdog = _IdleWatchdog(
-                self._target.idle_timeout, self._first_byte_deadline, self._started
+                self._target.idle_timeout, self._first_byte_deadline, self._started, self.subject
             )
         watchdog.begin()
         try:
@@ -340,8 +355,10 @@ class HttpStream:
             raise
         except UpstreamConnectError as exc:
             watchdog.end()
-            log.info("upstream %s: %s", self._target.name, exc.message)
-            raise UpstreamStreamCut("The upstream connection broke before the model finished.") from None
+            what = exc.reason or "broke the connection"
+            cut = UpstreamStreamCut(f"{self.subject} {what}, before the model finished.")
+            log.info("%s", cut.message)
+            raise cut from None
         except BaseException:
             watchdog.end()
             raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from codexgate.backends.server_info import fetch_json, model_entries
+from codexgate.backends.server_info import fetch_json_or_why, model_entries
 from codexgate.backends.transport import Transport
 
 
@@ -18,6 +18,9 @@ class ModelList:
     status: int
     models: list[str] = field(default_factory=list)
     detail: str | None = None  # what went wrong, when the upstream is not an HTTP server
+    # Why nothing answered, in words that follow the server's name ("refused the connection:
+    # nothing is listening on 127.0.0.1:8000"); None: not known.
+    reason: str | None = None
 
     @property
     def cause(self) -> str | None:
@@ -40,9 +43,12 @@ class ModelList:
         if cause is not None and self.detail:
             return f"{cause}: {self.detail}"
         if cause == "unreachable":
-            return (
-                f"unreachable: nothing answers at {self.base_url}; is the model server running on that port?"
-            )
+            reason = self.reason or ""
+            why = f" (it {reason})" if reason else ""
+            # Nothing listening, or no reason known: the usual cause is a server not started.
+            running = not reason or reason.startswith("refused")
+            hint = "; is the model server running on that port?" if running else ""
+            return f"unreachable: nothing answers at {self.base_url}{why}{hint}"
         if cause == "refused":
             return f"refused: {url} answered {self.status}; the server wants an API key (give its variable)"
         if cause == "wrong_path":
@@ -62,6 +68,6 @@ async def list_models(
     transport: Transport, base_url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0
 ) -> ModelList:
     base = base_url.rstrip("/")
-    status, body = await fetch_json(transport, base + "/models", headers or {}, timeout)
+    status, body, reason = await fetch_json_or_why(transport, base + "/models", headers or {}, timeout)
     models = [e["id"] for e in model_entries(body)] if status == 200 else []
-    return ModelList(base, status, models)
+    return ModelList(base, status, models, reason=reason)

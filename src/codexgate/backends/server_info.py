@@ -61,6 +61,19 @@ async def fetch_json(
     body: Any = None,
 ) -> tuple[int, Any]:
     """(status, parsed JSON or None). Status 0 when nothing answered in time."""
+    status, data, _ = await fetch_json_or_why(transport, url, headers, timeout, body)
+    return status, data
+
+
+async def fetch_json_or_why(
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    timeout: float,
+    body: Any = None,
+) -> tuple[int, Any, str | None]:
+    """As fetch_json, and when nothing answered (status 0), what failed, in words that follow
+    the server's name ("refused the connection: ...")."""
     data = None if body is None else orjson.dumps(body)
     method = "GET" if body is None else "POST"
     send_headers = {"accept": "application/json", **headers}
@@ -73,14 +86,16 @@ async def fetch_json(
                 raw, more = await read_capped(response, _MAX_BODY)
             finally:
                 await response.aclose()
-    except (UpstreamError, TimeoutError):
-        return 0, None
+    except UpstreamError as exc:
+        return 0, None, exc.reason
+    except TimeoutError:
+        return 0, None, f"did not answer within {timeout:g} s"
     if more:  # larger than any real answer: not read further, not parsed
-        return response.status, None
+        return response.status, None, None
     try:
-        return response.status, orjson.loads(raw)
+        return response.status, orjson.loads(raw), None
     except orjson.JSONDecodeError:
-        return response.status, None
+        return response.status, None, None
 
 
 def server_root(base_url: str) -> str:

@@ -7,14 +7,16 @@ tests plug in a transport that drives an ASGI app in-process (tests/support/asgi
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from codexgate.errors import UpstreamConnectError, UpstreamTimeout
+from codexgate.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
 
 class UpstreamResponse(Protocol):
@@ -93,7 +95,7 @@ class _Chunks:
         except aiohttp.EofStream:
             raise StopAsyncIteration from None
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(f"upstream connection broke: {exc!r}") from exc
+            raise broken_connection(exc) from exc
         if not chunk:
             raise StopAsyncIteration
         return chunk
@@ -117,7 +119,7 @@ class _AiohttpResponse:
         try:
             return await self._resp.read()
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(f"upstream connection broke: {exc!r}") from exc
+            raise broken_connection(exc) from exc
 
     async def rest(self, seconds: float) -> None:
         connection = self._resp.connection
@@ -180,13 +182,84 @@ class AiohttpTransport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         try:
             resp = await session.request(method, url, headers=dict(headers), data=body, timeout=timeout)
-        except TimeoutError as exc:
-            raise UpstreamTimeout(f"connecting to {url} timed out") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamConnectError(f"cannot reach upstream {url}: {exc}") from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise connection_failure(exc, url, connect_timeout) from exc
         return _AiohttpResponse(resp)
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+# -- aiohttp's errors in plain words: what failed, never the library's own message
+
+_TLS_REASONS = {  # OpenSSL's reason codes a user meets, in words
+    "WRONG_VERSION_NUMBER": "the server does not speak TLS on this port (is its URL http://, not https://?)",
+    "RECORD_LAYER_FAILURE": "the server does not speak TLS on this port (is its URL http://, not https://?)",
+    "UNSUPPORTED_PROTOCOL": "the server offers only TLS versions too old to use",
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": "the server and the gateway share no TLS cipher or version",
+}
+
+
+def connection_failure(exc: BaseException, url: str, connect_timeout: float) -> UpstreamError:
+    """An attempt that got no answer, as the gateway's error: UpstreamTimeout for a connect
+    timeout, else UpstreamConnectError (both retried before the first byte). Its `reason` says
+    what failed in words that follow the upstream's name; its message adds the URL."""
+    reason = failure_reason(exc, url, connect_timeout)
+    error: UpstreamError = (UpstreamTimeout if isinstance(exc, TimeoutError) else UpstreamConnectError)(
+        f"{url} {reason}"
+    )
+    error.reason = reason
+    return error
+
+
+def broken_connection(exc: BaseException) -> UpstreamConnectError:
+    """A connection that broke while the answer was being read."""
+    reason = failure_reason(exc, "", 0)
+    error = UpstreamConnectError(f"the upstream {reason}")
+    error.reason = reason
+    return error
+
+
+def failure_reason(exc: BaseException, url: str, connect_timeout: float) -> str:
+    """What failed, from the exception's type and error number, never from its prose:
+    "refused the connection: nothing is listening on 127.0.0.1:8000"."""
+    parts = urlsplit(url)
+    host = parts.hostname or "the host"
+    address = f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    os_error = getattr(exc, "os_error", None)
+    number = getattr(exc, "errno", None)
+    if isinstance(exc, TimeoutError):
+        return f"did not accept a connection within {connect_timeout:g} s (connect_timeout)"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        verify = getattr(exc.certificate_error, "verify_message", None)
+        return f"failed the TLS certificate check: {verify or 'the certificate is not trusted'}"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        code = str(getattr(os_error, "reason", "") or "")
+        said = _TLS_REASONS.get(code, code.lower().replace("_", " ") or "no reason given")
+        return f"failed the TLS handshake: {said}"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(os_error, socket.gaierror):
+        return f"could not be found: the host name {host} does not resolve (DNS)"
+    if number == errno.ECONNREFUSED or isinstance(os_error, ConnectionRefusedError):
+        return f"refused the connection: nothing is listening on {address}"
+    if number in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"could not be reached: there is no route to {host}"
+    if number == errno.ECONNRESET or _reset(exc) or isinstance(os_error, ConnectionResetError):
+        return "reset the connection"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "closed the connection without answering"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "closed the connection mid-answer"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "answered with something that is not HTTP"
+    return f"could not be reached ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+
+
+def _reset(exc: BaseException | None) -> bool:
+    """A connection reset, or an error caused by one."""
+    while exc is not None:
+        if isinstance(exc, ConnectionResetError):
+            return True
+        exc = exc.__cause__
+    return False

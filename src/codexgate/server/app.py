@@ -27,6 +27,7 @@ from codexgate.errors import (
     InvalidRequest,
     NotFound,
     RequestTooLarge,
+    UpstreamConnectError,
 )
 from codexgate.redact import Redactor
 from codexgate.routing import Router
@@ -321,7 +322,7 @@ class GatewayApp:
         await send_json(send, status, health if details else {"status": health["status"]})
 
     async def _models_route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, await self._models())
+        await send_json(send, 200, await self._models())  # raises GatewayError: answered as one
 
     async def _health(self) -> tuple[int, dict[str, Any]]:
         """Each upstream's reachability (its `/models`, asked at most every few seconds), what
@@ -356,10 +357,17 @@ class GatewayApp:
     # -- /v1/models
 
     async def _models(self) -> dict[str, Any]:
+        """The routed names (configuration: listed whether or not their upstream answers), or
+        with no routes each upstream's own models. Raises NoUpstream with no upstream at all,
+        and UpstreamConnectError (503) when no upstream answered: an empty list would say there
+        are no models, when the truth is that nobody could be asked (docs/faces.md)."""
+        if not self.router.backends and self._on_no_upstream is not None:
+            await self._on_no_upstream()
+        if not self.router.backends and not self.router.models:
+            raise self.router.no_upstream()
         names = list(self.router.models)
-        for backend in self.router.backends.values():
-            if not self.router.routed:
-                names.extend(await backend.model_ids())
+        if not self.router.routed:
+            names += await self._upstream_models()
         created = int(time.time())
         unique = list(dict.fromkeys(names))
         return {
@@ -368,6 +376,28 @@ class GatewayApp:
                 {"id": n, "object": "model", "created": created, "owned_by": "codexgate"} for n in unique
             ],
         }
+
+
+    async def _upstream_models(self) -> list[str]:
+        """Every upstream's model ids; an upstream that lists none is asked why (its cached
+        reachability), and when none answered, the 503 says, per upstream, what is wrong."""
+        backends = list(self.router.backends.items())
+        listed = await asyncio.gather(*(backend.model_ids() for _, backend in backends))
+        names = [name for ids in listed for name in ids]
+        if names:
+            return names
+        listings = await asyncio.gather(*(backend.reachability() for _, backend in backends))
+        problems = [
+            f"upstream {name!r}: {listing.problem()}"
+            for (name, _), listing in zip(backends, listings, strict=True)
+            if listing.cause not in (None, "no_models")
+        ]
+        if len(problems) < len(backends):
+            return []  # an upstream answered, with no models: the list is truly empty
+        raise UpstreamConnectError(
+            "No upstream answered, so the gateway cannot list their models: " + "; ".join(problems),
+            status=503,
+        )
 
 
 def _method_not_allowed(methods: dict[str, Any], scope: Scope) -> InvalidRequest:

@@ -35,6 +35,7 @@ from codexgate.server.stopping import Streams
 from codexgate.translate.envelope import Envelope, estimated_usage
 from codexgate.translate.interrupt import interruptible
 from codexgate.translate.turn import new_id
+from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import FAILED, TERMINAL
 
@@ -294,12 +295,7 @@ class _Connection:
 
 
 def _create_frame(raw: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The frame is not valid JSON: {exc}.") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("The frame must be a JSON object.")
+    data = decode_json_object(raw, "The frame")
     kind = data.pop("type", None)
     if kind != "response.create":
         raise InvalidRequest(

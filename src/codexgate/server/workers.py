@@ -17,6 +17,7 @@ passes SIGTERM, SIGINT and SIGHUP on, and exits once every worker has.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from codexgate.config import Settings
+from codexgate.config import ConfigError, Settings
 
 log = logging.getLogger("codexgate.workers")
 
@@ -47,14 +48,68 @@ def worker_id() -> str | None:
 
 
 def listen(settings: Settings) -> socket.socket:
-    """The listening socket the workers share (port 0: the kernel picks one, told in the log)."""
+    """The listening socket the workers share (port 0: the kernel picks one, told in the log).
+    Raises ConfigError when the address cannot be had (bind_error)."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host.strip("[]"), settings.port))
+    try:
+        sock.bind((settings.host.strip("[]"), settings.port))
+    except OSError as exc:
+        sock.close()
+        raise bind_error(exc, settings.host, settings.port) from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def check_address(host: str, port: int) -> None:
+    """Bind each address `host` names, as the server will, and let go: an address that cannot
+    be had is one line before anything starts (ConfigError), not uvicorn's `[Errno 98]` after
+    "Application startup complete". Port 0 always can. As asyncio does, an address of a family
+    the machine has switched off (IPv6's ::1 for localhost) is passed over while another binds."""
+    if port == 0:
+        return
+    try:
+        flags = socket.AI_PASSIVE
+        found = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=flags)
+    except socket.gaierror:
+        raise ConfigError(f"cannot listen on {host}: no such address; give one with --host ADDRESS") from None
+    unavailable: OSError | None = None
+    bound = 0
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio binds it: IPv6 only
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+                bound += 1
+            except OSError as exc:
+                if exc.errno != errno.EADDRNOTAVAIL:
+                    raise bind_error(exc, host, port) from None
+                unavailable = exc
+    if not bound and unavailable is not None:
+        raise bind_error(unavailable, host, port)
+
+
+def bind_error(exc: OSError, host: str, port: int) -> ConfigError:
+    """Why the gateway cannot listen on host:port, and what to do, in one line."""
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(
+            f"port {port} on {host} is in use (by another program); choose another with --port N"
+        )
+    if exc.errno == errno.EACCES:
+        return ConfigError(
+            f"port {port} on {host} needs privileges this user lacks (ports below 1024 do); "
+            "choose another with --port N"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigError(
+            f"{host} is not an address of this machine; give one with --host ADDRESS "
+            "(127.0.0.1: this machine only; 0.0.0.0: every interface)"
+        )
+    return ConfigError(f"cannot listen on {host} port {port}: {exc.strerror or exc}")
 
 
 class Supervisor:

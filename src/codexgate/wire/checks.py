@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from codexgate.errors import InvalidRequest
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "check_metadata",
     "check_optional",
     "check_type",
+    "decode_json_object",
     "stop_sequences",
 ]
 
@@ -94,3 +97,36 @@ def stop_sequences(value: Any) -> list[str] | None:
     if any(not s for s in sequences):
         raise InvalidRequest("'stop' sequences must not be empty.", param="stop")
     return sequences or None
+
+
+def decode_json_object(raw: bytes | str, what: str) -> dict[str, Any]:
+    """`raw` (`what`: "The request body", "The frame") as the JSON object it must be. Raises
+    InvalidRequest saying in plain words what is wrong and where, never the JSON library's own
+    message ("invalid literal, expected 'null'" for a body that starts with n)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(_not_json(raw, what, exc.pos, exc.lineno, exc.colno)) from None
+    if not isinstance(data, dict):
+        kind = "null" if data is None else _type_name(type(data))
+        raise InvalidRequest(f"{what} must be a JSON object ({{...}}), not {kind}.")
+    return data
+
+
+def _not_json(raw: bytes | str, what: str, pos: int, line: int, column: int) -> str:
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"{what} is not UTF-8 text (byte {exc.start}), so it cannot be JSON."
+    else:
+        text = raw
+    start = text.lstrip()
+    if not start:
+        return f"{what} is empty: send a JSON object."
+    if start[0] not in "{[":
+        return f"{what} is not JSON: it starts with {start[:20]!r}, where a JSON object starts with {{."
+    if pos >= len(text.rstrip()):
+        return f"{what} is not complete JSON: it ends (line {line}, column {column}) before the JSON does."
+    near = text[max(0, pos - 20) : pos + 20]
+    return f"{what} is not valid JSON at line {line}, column {column}, near {near!r}."

@@ -19,7 +19,7 @@ from codexgate.backends.base import Inbound
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.translate.chat_chunks import ChatChunkEncoder, chat_completion
 from codexgate.translate.from_chat import parse_chat_request
-from codexgate.wire.responses import decode_json_body
+from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses_events import Event
 
 __all__ = ["ChatFace", "ChatJSON", "ChatSSE"]
@@ -62,7 +62,7 @@ class ChatFace:
 
     def read(self, body: bytes, caller: str | None) -> Ask:
         """Raises InvalidRequest naming the chat parameter."""
-        ask = parse_chat_request(decode_json_body(body))
+        ask = parse_chat_request(decode_json_object(body, "The request body"))
         req = ask.request
         # A client's own conversation key, scoped to the caller (as the Responses face does):
         # backends that remember conversations between turns key them by it.

@@ -16,7 +16,8 @@ from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.server.http_errors import failed_response
 from codexgate.server.state import listed_item
 from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
-from codexgate.wire.responses import Item, ResponsesRequest, decode_json_body, parse_continued, parse_request
+from codexgate.wire.checks import decode_json_object
+from codexgate.wire.responses import Item, ResponsesRequest, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
@@ -38,7 +39,7 @@ class RequestReader:
     def read(self, body: bytes, caller: str | None = None) -> tuple[ResponsesRequest, Inbound]:
         """The canonical request and what is known of it. Raises InvalidRequest (a 400 naming
         the field) for a body that is not JSON or not a valid Responses request."""
-        return self.read_object(decode_json_body(body), caller, len(body))
+        return self.read_object(decode_json_object(body, "The request body"), caller, len(body))
 
     def read_object(
         self, data: dict[str, Any], caller: str | None, size: int
@@ -124,7 +125,7 @@ class CompactFace:
         self.reader = reader or RequestReader()
 
     def read(self, body: bytes, caller: str | None) -> Ask:
-        data = decode_json_body(body)
+        data = decode_json_object(body, "The request body")
         data.pop("stream", None)
         req, inbound = self.reader.read_object(data, caller, len(body))
         kept = [listed_item(item) for item in req.input if _is_user_message(item)]

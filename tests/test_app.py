@@ -1,0 +1,99 @@
+"""Building the gateway from settings: what it says about its upstreams when it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codexgate.app import build_app
+from codexgate.config import load_settings
+from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_upstream import FakeUpstream
+
+
+class Lifespan:
+    """Drives an ASGI app's lifespan by hand: startup, then shutdown."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    async def startup(self) -> dict[str, Any]:
+        self.task = asyncio.create_task(self.app({"type": "lifespan"}, self.inbox.get, self.outbox.put))
+        await self.inbox.put({"type": "lifespan.startup"})
+        return await asyncio.wait_for(self.outbox.get(), 5)
+
+    async def shutdown(self) -> None:
+        await self.inbox.put({"type": "lifespan.shutdown"})
+        assert (await asyncio.wait_for(self.outbox.get(), 5))["type"] == "lifespan.shutdown.complete"
+        assert self.task is not None
+        await self.task
+
+
+def by_host(apps: dict[str, Any]) -> Any:
+    """One ASGI app per upstream host, behind the one test transport."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await apps[scope["server"][0]](scope, receive, send)
+
+    return app
+
+
+async def never_answers(scope: Any, receive: Any, send: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":  # never sends headers
+        pass
+
+
+def config(tmp_path: Path, *upstreams: str) -> Path:
+    path = tmp_path / "gw.toml"
+    path.write_text("".join(f"[[upstreams]]\n{u}\n" for u in upstreams))
+    return path
+
+
+async def test_at_start_each_upstream_gets_one_line_saying_whether_it_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    file = config(
+        tmp_path,
+        'name = "good"\nbase_url = "http://good.test/v1"',
+        'name = "moved"\nbase_url = "http://moved.test/v1"',
+        'name = "agent"\nkind = "codex"\ncodex_bin = "/nonexistent/codex"',
+    )
+    good = FakeUpstream([], models=["qwen3-coder", "llama3"])
+
+    async def not_found(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    transport = ASGIUpstreamTransport(by_host({"good.test": good, "moved.test": not_found}))
+    app = build_app(load_settings({"discover": False}, file, environ={}), transport=transport, environ={})
+    lifespan = Lifespan(app)
+    with caplog.at_level(logging.INFO, logger="codexgate"):
+        assert (await lifespan.startup())["type"] == "lifespan.startup.complete"
+        for _ in range(100):
+            if sum("upstream '" in r.getMessage() for r in caplog.records) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await lifespan.shutdown()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream '")]
+    assert "upstream 'good' (http://good.test/v1): reachable, 2 models: qwen3-coder, llama3" in lines
+    assert any(line.startswith("upstream 'moved': wrong path: a server answers at http://moved.test/v1") for line in lines)
+    assert "upstream 'agent' (codex): not asked at start; codex app-server starts on the first request" in lines
+
+
+async def test_the_start_does_not_wait_for_an_upstream_that_never_answers(tmp_path: Path) -> None:
+    file = config(tmp_path, 'name = "slow"\nbase_url = "http://slow.test/v1"')
+    transport = ASGIUpstreamTransport(never_answers)
+    app = build_app(load_settings({"discover": False}, file, environ={}), transport=transport, environ={})
+    lifespan = Lifespan(app)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert (await lifespan.startup())["type"] == "lifespan.startup.complete"
+    assert loop.time() - started < 0.5  # the probe waits up to 2 s, in the background
+    await lifespan.shutdown()  # and is cancelled with the rest
