@@ -155,7 +155,10 @@ def _backend() -> Any:
 def request_prep_ms(body: bytes, chat: bytes, *, budget: float) -> dict[str, float]:
     """Per request, what happens before the upstream request is sent: decode, validate, then
     the chat call (translate + encode the upstream body + set up the stream translator)."""
-    from codexgate.wire.responses import decode_json_body, parse_request
+    from codexgate.wire.checks import decode_json_object
+    from codexgate.wire.responses import parse_request
+
+    decode_json_body = partial(decode_json_object, what="The request body")
 
     backend = _backend()
     data = decode_json_body(body)

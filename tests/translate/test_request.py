@@ -13,7 +13,8 @@ from codexgate.translate.cuts import cut_marker
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.request import LATE_DEVELOPER_PREFIX, MISSING_OUTPUT, to_chat_request
-from codexgate.wire.responses import decode_json_body, parse_request
+from codexgate.wire.checks import decode_json_object
+from codexgate.wire.responses import parse_request
 from tests.support.turns import chat_translator
 
 APPLY_PATCH = {
@@ -495,4 +496,4 @@ def test_bad_requests_name_the_parameter(body: dict[str, Any], param: str) -> No
 @pytest.mark.parametrize("raw", [b"{", b"[1]", b"", b"\xff"])
 def test_bodies_that_are_not_json_objects_are_invalid_requests(raw: bytes) -> None:
     with pytest.raises(InvalidRequest):
-        decode_json_body(raw)
+        decode_json_object(raw, "The request body")

@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import orjson
-
 from codexgate.errors import InvalidRequest
 from codexgate.wire.checks import NUMBER, check_metadata, check_optional, check_type, stop_sequences
 
@@ -180,17 +178,6 @@ def check_depth(data: Any, limit: int = MAX_DEPTH) -> None:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def decode_json_body(body: bytes) -> dict[str, Any]:
-    """Raises InvalidRequest when the body is not a JSON object."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    return data
 
 
 def parse_request(data: dict[str, Any]) -> ResponsesRequest:
