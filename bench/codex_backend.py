@@ -7,7 +7,7 @@ to a Codex turn, and how many turns run at once.
 The same `codex app-server` build (the tests' CODEX_VERSION) answers both ways, its model
 provider a `codexgate serve` over the fake chat upstream (bench/fake_upstream_server.py; a
 50-delta text answer):
-- bare: this process drives its own app-server over stdio (backends/app_server.py): a thread, a
+- bare: this process drives its own app-server over stdio (backends/codex/app_server.py): a thread, a
   turn, until `turn/completed`;
 - through codexgate: `codexgate serve` with an upstream of kind `codex`, asked over HTTP
   (`POST /v1/chat/completions`, not streamed), which does the same with its own app-server.
@@ -38,8 +38,8 @@ from procs import BENCH, Processes, clean_env, free_port, wait_http  # noqa: E40
 from run import codexgate_argv  # noqa: E402
 from tests.e2e.codex_cli import CODEX_VERSION  # noqa: E402
 
-from codexgate.backends.app_server import AppServer, ServerRequestRefused  # noqa: E402
-from codexgate.codex_setup import ModelSpec, write_codex_setup  # noqa: E402
+from codexgate.backends.codex.app_server import AppServer, ServerRequestRefused  # noqa: E402
+from codexgate.commands.codex_setup.catalog import ModelSpec, write_codex_setup  # noqa: E402
 from codexgate.wire import app_server as wire  # noqa: E402
 
 MODEL = "agent"

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 from tests.support.llama_server import post_json, run_llama_server  # noqa: E402
 
-from codexgate.translate.sampling import recommended_sampling  # noqa: E402
+from codexgate.translate.open_models.sampling import recommended_sampling  # noqa: E402
 
 N_CTX = 4096
 PROMPTS = (

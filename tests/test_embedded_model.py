@@ -2,7 +2,7 @@
 llama.cpp's server with SmolLM2-135M from the per-user runtime (tests/support/llama_server.py
 fetches it once per machine), answers through the gateway's chat stages, comes back after its
 child is SIGKILLed, and leaves no process behind. The supervision's edge cases run on a
-stand-in in tests/backends/test_embedded.py."""
+stand-in in tests/backends/embedded/test_embedded.py."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ import orjson
 import pytest
 
 from codexgate.app import build_app
+from codexgate.backends.embedded.fallback import FALLBACK_NOTE
 from codexgate.config import load_settings
-from codexgate.embedded import FALLBACK_NOTE
 from codexgate.wire.sse import SSEDecoder
-from tests.backends.test_embedded import dead, wait_until
+from tests.backends.embedded.test_embedded import dead, wait_until
 from tests.support.llama_server import llama_cache, llama_runtime
 from tests.support.servers import arun_asgi_server
 
@@ -34,7 +34,7 @@ def flags(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    monkeypatch.setattr("codexgate.discovery.LOCAL_SERVERS", (("Test server", closed),))
+    monkeypatch.setattr("codexgate.backends.discovery.LOCAL_SERVERS", (("Test server", closed),))
     server, model = os.environ.get("CODEXGATE_LLAMA_SERVER"), os.environ.get("CODEXGATE_LLAMA_MODEL")
     if not (server and model):
         llama_runtime()

@@ -100,7 +100,7 @@ def test_doctor_and_codex_setup_find_a_local_server_like_serve(
 ) -> None:
     fake = FakeUpstream(lambda body: text_reply("Paris."), models=["local-model"])
     with run_asgi_server(fake) as url:
-        monkeypatch.setattr("codexgate.discovery.LOCAL_SERVERS", (("Test server", url + "/v1"),))
+        monkeypatch.setattr("codexgate.backends.discovery.LOCAL_SERVERS", (("Test server", url + "/v1"),))
         main(["doctor", "--timeout", "5"])
         out = capsys.readouterr().out
         assert f"found Test server at {url}/v1" in out and "model local-model" in out

@@ -19,11 +19,11 @@ import orjson
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.transport import AiohttpTransport
+from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.cli import main
+from codexgate.commands.codex_setup.command import model_specs
+from codexgate.commands.doctor.probe import Doctor
 from codexgate.config import load_settings
-from codexgate.doctor import Doctor
-from codexgate.setup_command import model_specs
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport

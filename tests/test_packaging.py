@@ -73,7 +73,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert not wanted - names, f"missing from the wheel: {sorted(wanted - names)}"
-    assert "codexgate/server/ui_page.html" in names  # read with importlib.resources
+    assert "codexgate/observability/live_view.html" in names  # read with importlib.resources
     assert not {n for n in names if "__pycache__" in n or n.endswith(".pyc")}
 
 
@@ -93,7 +93,7 @@ def test_uv_tool_install_runs_the_wheel(wheel: Path, constraints: Path, tmp_path
     python = tmp_path / "tools" / "codexgate" / "bin" / "python"
     page = subprocess.run(
         [python, "-c", "from importlib import resources as r; "
-         "print(len(r.files('codexgate.server').joinpath('ui_page.html').read_bytes()))"],
+         "print(len(r.files('codexgate.observability').joinpath('live_view.html').read_bytes()))"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
     assert page.returncode == 0 and int(page.stdout) > 0, page.stderr

@@ -13,17 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.chat import ChatBackend
-from codexgate.backends.codex import CodexBackend, CodexTarget
+from codexgate.backends.codex.backend import CodexBackend, CodexTarget
+from codexgate.backends.discovery import LOCAL_SERVERS, discover
 from codexgate.backends.embedded.backend import EmbeddedBackend
-from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.embedded.fallback import (
+    FALLBACK_NOTE,
+    EmbeddedFallback,
+    build_embedded,
+    embedded_upstream,
+)
+from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.http.tap import TappedTransport
+from codexgate.backends.http.transport import AiohttpTransport, Transport
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses import ResponsesBackend
-from codexgate.backends.tap import TappedTransport
-from codexgate.backends.transport import AiohttpTransport, Transport
 from codexgate.config import ModelConfig, Settings, UpstreamConfig
-from codexgate.discovery import LOCAL_SERVERS, discover
-from codexgate.embedded import FALLBACK_NOTE, EmbeddedFallback, build_embedded, embedded_upstream
-from codexgate.memo import Memo
+from codexgate.observability.live_view import install_live_view
+from codexgate.observability.metrics import Metrics
+from codexgate.observability.recorder import Recorder
 from codexgate.redact import (
     Redactor,
     basic_credentials,
@@ -31,23 +38,21 @@ from codexgate.redact import (
     split_url_credentials,
     url_secrets,
 )
-from codexgate.routing import Router
+from codexgate.routing.router import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
-from codexgate.server.metrics import Metrics
-from codexgate.server.recorder import Recorder
 from codexgate.server.state import ResponseState
-from codexgate.server.ui import install_live_view
 from codexgate.server.websocket import SocketLimits
 from codexgate.server.workers import worker_id
 from codexgate.store import open_store
 from codexgate.store.base import Retention, Store
+from codexgate.translate.history_memo import Memo
 
 if TYPE_CHECKING:
-    from codexgate.server.tracing import Tracing
+    from codexgate.observability.tracing import Tracing
 
 log = logging.getLogger("codexgate")
 
@@ -107,7 +112,7 @@ def chat_backend(
 
 
 def history_memo(settings: Settings) -> Memo[Any] | None:
-    """What the gateway remembers of each conversation between turns (memo.py), within
+    """What the gateway remembers of each conversation between turns (translate/history_memo.py), within
     `history_cache_mb`, for requests of at least `history_cache_min_kb`; None when the budget
     is 0."""
     budget = settings.history_cache_mb * 1024 * 1024
@@ -178,7 +183,7 @@ def embedded_backend(
     transport: Transport,
     once: OnceLog,
 ) -> EmbeddedBackend:
-    """A model the gateway runs itself (embedded.py); it starts with the gateway."""
+    """A model the gateway runs itself (backends/embedded/fallback.py); it starts with the gateway."""
     return build_embedded(upstream, settings, environ, transport, once, history_memo(settings))
 
 
@@ -482,7 +487,7 @@ def traces(settings: Settings) -> Tracing | None:
     then (it costs start-up time, and nothing else needs it)."""
     if not settings.otlp_endpoint:
         return None
-    from codexgate.server.tracing import Tracing
+    from codexgate.observability.tracing import Tracing
 
     return Tracing.otlp(settings.otlp_endpoint, settings.otel_service_name)
 

@@ -75,14 +75,14 @@ def serve_workers(settings: Settings, count: int, config_file: Path | None) -> i
 
 
 def _codex_setup(args: argparse.Namespace) -> int:
-    from codexgate.setup_command import run_codex_setup
+    from codexgate.commands.codex_setup.command import run_codex_setup
 
     settings = _settings_from(args)
     return run_codex_setup(settings, args)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from codexgate.doctor_command import run_doctor
+    from codexgate.commands.doctor.command import run_doctor
 
     # doctor shares serve's variables for the upstream and its key
     args.upstream = args.upstream or os.environ.get(ENV_PREFIX + "UPSTREAM") or None
@@ -91,7 +91,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from codexgate.replay import main as replay
+    from codexgate.commands.replay.command import main as replay
 
     return replay(args.file, upstream_only=args.upstream_only, port=args.port, write_test_to=args.write_test)
 

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from codexgate.translate.dialect import ChatDialect, DeveloperRole, ReasoningReplay, ThinkMode
-from codexgate.translate.textcalls import MODES as TEXT_TOOL_CALL_MODES
+from codexgate.translate.open_models.textcalls import MODES as TEXT_TOOL_CALL_MODES
 
 ENV_PREFIX = "CODEXGATE_"
 SINGLE_UPSTREAM_NAME = "default"
@@ -280,7 +280,7 @@ class Settings(_Strict):
     upstream_api_key_env: str | None = None
     idle_timeout: float = Field(default=300.0, gt=0, le=DAY)
     connect_timeout: float = Field(default=10.0, gt=0, le=3600)
-    # Retries before the upstream's first byte (backends/http_stream.py): retry n waits
+    # Retries before the upstream's first byte (backends/http/stream.py): retry n waits
     # retry_backoff * 2**(n-1) (+-10%), except that the first retry after a connection error
     # is immediate, and a Retry-After the upstream sends wins; a wait over max_retry_wait, or
     # past the idle_timeout budget, is not waited: the error is answered.
@@ -295,7 +295,7 @@ class Settings(_Strict):
     max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=_GIB)
     max_request_seconds: float = Field(default=3600.0, gt=0, le=DAY)
     # What is remembered of each conversation between turns, so that the history Codex
-    # re-sends every turn is validated and translated once (memo.py): at most this many MiB
+    # re-sends every turn is validated and translated once (translate/history_memo.py): at most this many MiB
     # of request bodies for the Responses face and as many per upstream; 0 turns it off.
     # Only conversations whose request is at least history_cache_min_kb are remembered: a
     # shorter one is read again in well under a millisecond, and remembering it costs about
@@ -312,7 +312,7 @@ class Settings(_Strict):
     store_url: str | None = None
     store_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
     store_max_mb: int = Field(default=1024, gt=0, le=1024**3)
-    # The transcript recorder (server/recorder.py; docs/operations.md "Transcripts"): off unless
+    # The transcript recorder (observability/recorder.py; docs/operations.md "Transcripts"): off unless
     # record_dir is set; then each turn is one JSON file there, secrets masked, kept at most
     # record_max_age_days and record_max_mb (the oldest go first).
     record_dir: str | None = None
@@ -332,7 +332,7 @@ class Settings(_Strict):
     embedded: bool = True
     llama_dir: str | None = None
     llama_server: str | None = None
-    ui: bool = True  # the live view at /ui (server/ui.py; docs/operations.md, "Live view")
+    ui: bool = True  # the live view at /ui (observability/live_view.py; docs/operations.md, "Live view")
     log_level: LogLevel = "info"
     # Metrics, traces, logs (docs/operations.md): log lines as logfmt or one JSON object each;
     # Prometheus text on /metrics; OpenTelemetry traces to an OTLP/HTTP collector, sent only

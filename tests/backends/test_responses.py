@@ -18,7 +18,7 @@ import pytest
 from codexgate.app import build_app
 from codexgate.config import load_settings
 from codexgate.errors import UpstreamConnectError
-from codexgate.translate.responses_upstream import unwrap_reasoning
+from codexgate.translate.responses_upstream.request import unwrap_reasoning
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamResponse, ASGIUpstreamTransport

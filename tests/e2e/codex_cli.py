@@ -10,7 +10,7 @@ one prefix per version, installing it on first use) and skips the test only when
 The suite runs on `CODEX_VERSION`, the current release; a representative subset also runs on each
 of `OLDER_CODEX_VERSIONS`, through the `codex_versions` parametrization (a `codex_version`
 argument to pass on; docs/codex-versions.md says which tests and why). `run_codex_exec()`
-writes the catalog and profile with `codexgate.codex_setup.write_codex_setup` into `codex_home`,
+writes the catalog and profile with `codexgate.commands.codex_setup.catalog.write_codex_setup` into `codex_home`,
 runs Codex non-interactively (stdin closed, approval `never`, a sandbox that lets commands and
 `apply_patch` write inside `workdir`) under a hard timeout, and parses the JSONL events
 (codex-contract.md §9).
@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from codexgate.codex_setup import (
+from codexgate.commands.codex_setup.catalog import (
     CodexSetupError,
     ModelSpec,
     SetupResult,

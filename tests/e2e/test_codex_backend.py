@@ -23,10 +23,10 @@ import openai
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.codex import CodexBackend
-from codexgate.codex_setup import ModelSpec, write_codex_setup
+from codexgate.backends.codex.backend import CodexBackend
+from codexgate.commands.codex_setup.catalog import ModelSpec, write_codex_setup
 from codexgate.config import load_settings
-from codexgate.translate.agent_events import AgentReader
+from codexgate.translate.codex_agent.events import AgentReader
 from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, sandbox_mode
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply

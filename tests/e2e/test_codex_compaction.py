@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from codexgate.app import build_app
-from codexgate.codex_setup import ModelSpec
+from codexgate.commands.codex_setup.catalog import ModelSpec
 from codexgate.config import load_settings
 from codexgate.translate.compaction import SUMMARY_PROMPT
 from tests.e2e.codex_cli import CodexTraffic, run_codex_exec

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.transport import AiohttpTransport
+from codexgate.backends.http.transport import AiohttpTransport
+from codexgate.commands.doctor.command import write_settings
+from codexgate.commands.doctor.probe import Doctor
 from codexgate.config import load_settings
-from codexgate.doctor import Doctor
-from codexgate.doctor_command import write_settings
 from tests.e2e.codex_cli import run_codex_exec
 from tests.support.llama_server import run_llama_server
 from tests.support.servers import run_asgi_server

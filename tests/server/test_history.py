@@ -1,5 +1,5 @@
-"""What the gateway remembers of a conversation between turns (memo.py, the Responses face's
-RequestReader, translate/messages.py History, translate/request.py Checkpoint): never a
+"""What the gateway remembers of a conversation between turns (translate/history_memo.py, the Responses face's
+RequestReader, translate/chat_upstream/messages.py History, translate/chat_upstream/request.py Checkpoint): never a
 different upstream body, never a skipped check on what changed, and bounded memory."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 
 from codexgate.backends.base import Inbound
 from codexgate.errors import InvalidRequest
-from codexgate.memo import Memo
 from codexgate.server.faces.responses import RequestReader
+from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.history_memo import Memo
 from codexgate.translate.reasoning import encode_reasoning
-from codexgate.translate.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.wire.responses import ResponsesRequest, parse_request
 
 TOOLS = [

@@ -15,7 +15,7 @@ import pytest
 
 from codexgate.config import ConfigError, load_settings
 from codexgate.redact import MASK, RedactingFilter, Redactor
-from codexgate.server.access import Exchange
+from codexgate.server.exchange import Exchange
 from codexgate.server.logs import JsonFormatter, uvicorn_log_config
 from tests.server.test_loopback import gateway_process
 from tests.support.fake_upstream import FakeUpstream, text_reply

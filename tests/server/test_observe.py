@@ -10,7 +10,7 @@ import httpx
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from codexgate.server.access import Exchange
+from codexgate.server.exchange import Exchange
 from codexgate.server.observe import Observer
 from codexgate.wire.responses_events import Event
 from tests.support.fake_upstream import FakeUpstream, text_reply

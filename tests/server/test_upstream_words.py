@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.transport import AiohttpTransport, failure_reason
+from codexgate.backends.http.transport import AiohttpTransport, failure_reason
 from codexgate.config import load_settings
 from tests.server.test_app import sse_events, terminal
 from tests.support.asgi_client import StreamingASGITransport

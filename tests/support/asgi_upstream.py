@@ -89,7 +89,7 @@ class ASGIUpstreamResponse:
 
 
 class ASGIUpstreamTransport:
-    """In-process `codexgate.backends.transport.Transport` over an ASGI app.
+    """In-process `codexgate.backends.http.transport.Transport` over an ASGI app.
 
     `app=None` behaves like an unreachable host. Attributes are meant to be poked by tests:
     `fail_connect` and `connect_delay` may change between requests; `opened` counts requests

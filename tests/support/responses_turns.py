@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from codexgate.translate.responses_stream import ResponsesStreamReader
-from codexgate.translate.responses_upstream import ToolFormat, to_upstream_request
+from codexgate.translate.responses_upstream.request import ToolFormat, to_upstream_request
+from codexgate.translate.responses_upstream.stream import ResponsesStreamReader
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import parse_request
 

@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from codexgate.backends.transport import AiohttpTransport
+from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.errors import UpstreamConnectError
 from tests.support._exchange import Receive, Scope, Send
 from tests.support.chat_calls import TIMEOUT, chat_body, choice_deltas, chunks_of

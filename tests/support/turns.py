@@ -10,12 +10,12 @@ from typing import Any
 
 import orjson
 
-from codexgate.backends.http_backend import StreamReader
+from codexgate.backends.http.backend import StreamReader
 from codexgate.errors import GatewayError
 from codexgate.translate.catalogue import catalogue_of
+from codexgate.translate.chat_upstream.request import tools_of
+from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
 from codexgate.translate.reasoning import encode_reasoning
-from codexgate.translate.request import tools_of
-from codexgate.translate.stream import ChatStreamTranslator
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import parse_request
 from codexgate.wire.sse import SSEDecoder
@@ -63,7 +63,7 @@ def chat_translator(
 
 
 def translate_sse(translator: StreamReader, data: Iterable[bytes]) -> list[Event]:
-    """SSE bytes (in pieces) through an HTTP backend's read path (backends/http_backend.py),
+    """SSE bytes (in pieces) through an HTTP backend's read path (backends/http/backend.py),
     for a chat or a Responses reader: `[DONE]` is the end-of-stream marker, EOF is finish(),
     data that is not JSON is counted and skipped, and a GatewayError (an error object, a cut,
     the loop guard) ends the stream through the turn's fail()."""

@@ -16,17 +16,17 @@ import orjson
 import pytest
 
 from codexgate.errors import ModelOutputLoop
-from codexgate.translate import stream as stream_module
 from codexgate.translate.builder import ResponseBuilder
 from codexgate.translate.catalogue import catalogue_of
+from codexgate.translate.chat_upstream import stream as stream_module
+from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
 from codexgate.translate.envelope import Envelope
+from codexgate.translate.open_models.textcalls import TextPiece, TextToolCallParser
+from codexgate.translate.open_models.think import ThinkSplitter
 from codexgate.translate.stages import Part, Pipeline, Reasoning, Text, build_pipeline
-from codexgate.translate.stream import ChatStreamTranslator
-from codexgate.translate.textcalls import TextPiece, TextToolCallParser
-from codexgate.translate.think import ThinkSplitter
 from codexgate.wire.responses import parse_request
 from tests.support.turns import chat_translator, counter_ids, sse_of, translate_sse
-from tests.translate.test_textcalls import merged
+from tests.translate.open_models.test_textcalls import merged
 
 Event = dict[str, Any]
 

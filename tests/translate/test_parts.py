@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from codexgate.errors import Code, InvalidRequest
+from codexgate.translate.chat_upstream.request import to_chat_request
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.request import to_chat_request
 from codexgate.wire.responses import parse_request
 from tests.support.pdfs import text_pdf
 

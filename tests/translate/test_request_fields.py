@@ -1,4 +1,4 @@
-"""Request fields on the way to a chat upstream (translate/request.py, translate/tools.py): each
+"""Request fields on the way to a chat upstream (translate/chat_upstream/request.py, translate/chat_upstream/tools.py): each
 is carried, translated, or refused naming it; none is dropped in silence."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from codexgate.errors import InvalidRequest
+from codexgate.translate.chat_upstream.request import to_chat_request
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.request import to_chat_request
 from codexgate.wire.responses import parse_request
 from tests.support.codex_requests import CODEX_TOOLS, codex_body
 

@@ -2,7 +2,7 @@
 whatever produces the canonical event stream (a Chat Completions upstream, a Responses
 upstream, `codex app-server`).
 
-`server/` and `routing.py` are written against these protocols only, never against a concrete
+`server/` and `routing/router.py` are written against these protocols only, never against a concrete
 backend, so a new kind of upstream needs a module in `backends/` and a line in `app.py`'s
 table, not a change to the server. A backend's `Call.events()` is its turn's run loop
 (translate/turn.py), which makes the one terminal event a guarantee.

@@ -1,8 +1,8 @@
 """The Chat Completions backend: canonical request in, canonical event stream out.
 
-The request is translated to a chat body (translate/request.py), sent and read with what every
-HTTP backend shares (backends/http_backend.py), its chunks read by the chat dialect's translator
-(translate/stream.py) into the turn (translate/turn.py). What only a chat upstream needs is
+The request is translated to a chat body (translate/chat_upstream/request.py), sent and read with what every
+HTTP backend shares (backends/http/backend.py), its chunks read by the chat dialect's translator
+(translate/chat_upstream/stream.py) into the turn (translate/turn.py). What only a chat upstream needs is
 here: the context-window check before sending, the conversation memory that translates a
 re-sent history once, and the turn's chat policies (the gateway's reasoning blob, cut markers).
 """
@@ -13,16 +13,16 @@ import asyncio
 from collections import Counter
 
 from codexgate.backends.base import UNKNOWN, Inbound
-from codexgate.backends.http_backend import HttpBackend, HttpCall
-from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.http.backend import HttpBackend, HttpCall
+from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog, clip
 from codexgate.backends.server_info import ContextWindows
-from codexgate.backends.transport import Transport
 from codexgate.errors import ContextLengthExceeded
-from codexgate.memo import Memo
+from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
+from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
+from codexgate.translate.history_memo import Memo
 from codexgate.translate.reasoning import encode_reasoning
-from codexgate.translate.request import ChatRequest, Checkpoint, to_chat_request
-from codexgate.translate.stream import ChatStreamTranslator
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import ResponsesRequest
 
@@ -43,7 +43,7 @@ class ChatCall(HttpCall):
         history = backend.history
         key = (backend, inbound.conversation)
         earlier = history.get(key) if history is not None and inbound.conversation else None
-        # Only a request the memory would keep leaves a checkpoint (memo.py's minimum).
+        # Only a request the memory would keep leaves a checkpoint (translate/history_memo.py's minimum).
         keep = (
             history is not None and bool(inbound.conversation) and history.admits(inbound.body_size or None)
         )
@@ -136,7 +136,7 @@ class ChatBackend(HttpBackend):  # a backends.base.Backend
         history: Memo[Checkpoint] | None = None,
     ) -> None:
         """`history`: where each conversation's last translated input is remembered between
-        turns (translate/request.py Checkpoint); routes may share one, the keys are apart."""
+        turns (translate/chat_upstream/request.py Checkpoint); routes may share one, the keys are apart."""
         super().__init__(target, transport, once, counts)
         if windows is None and target.learn_context_window:
             probe_timeout = min(target.connect_timeout, 5.0)

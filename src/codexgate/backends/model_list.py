@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.server_info import fetch_json_or_why, model_entries
-from codexgate.backends.transport import Transport
 
 
 @dataclass(frozen=True, slots=True)

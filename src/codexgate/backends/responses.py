@@ -1,10 +1,10 @@
 """The Responses backend: any Responses server (OpenAI, vLLM, Ollama, LM Studio, another
 codexgate) as the upstream.
 
-The canonical request is repaired into what such servers take (translate/responses_upstream.py),
-sent and read with what every HTTP backend shares (backends/http_backend.py: budgets, retries
+The canonical request is repaired into what such servers take (translate/responses_upstream/request.py),
+sent and read with what every HTTP backend shares (backends/http/backend.py: budgets, retries
 before the first byte, errors), and the upstream's events are read into the turn
-(translate/responses_stream.py). The turn gets the dialect's stages as for a chat upstream: an
+(translate/responses_upstream/stream.py). The turn gets the dialect's stages as for a chat upstream: an
 open model served through `/v1/responses` still writes think tags and tool calls as text.
 
 What this backend does not do: learn context windows (`windows` is None) or remember
@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections import Counter
 
 from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound
-from codexgate.backends.http_backend import HttpBackend, HttpCall
-from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.http.backend import HttpBackend, HttpCall
+from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog, clip
-from codexgate.backends.transport import Transport
-from codexgate.translate.responses_stream import ResponsesStreamReader
-from codexgate.translate.responses_upstream import ToolFormat, UpstreamRequest, to_upstream_request
+from codexgate.translate.responses_upstream.request import ToolFormat, UpstreamRequest, to_upstream_request
+from codexgate.translate.responses_upstream.stream import ResponsesStreamReader
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import ResponsesRequest
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import orjson
 
-from codexgate.backends.transport import Transport, read_capped
+from codexgate.backends.http.transport import Transport, read_capped
 from codexgate.errors import UpstreamError
 
 log = logging.getLogger("codexgate.backend")

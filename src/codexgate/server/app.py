@@ -30,16 +30,16 @@ from codexgate.errors import (
     UpstreamConnectError,
 )
 from codexgate.redact import Redactor
-from codexgate.routing import Router
-from codexgate.server.access import Exchange
+from codexgate.routing.router import Router
 from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
+from codexgate.server.exchange import Exchange
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
 from codexgate.server.observe import Observers
+from codexgate.server.response_routes import ResourceHandler, StoredResponses
 from codexgate.server.state import Recent, ResponseState
 from codexgate.server.stopping import Streams
-from codexgate.server.stored import ResourceHandler, StoredResponses
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
 from codexgate.translate.interrupt import interruptible
 from codexgate.wire.responses import ResponsesRequest
@@ -300,7 +300,7 @@ class GatewayApp:
         call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
         exchange.prepared = prepared
         self.observers.started(exchange)
-        exchange.req = exchange.prepared = None  # for `started` only (server/access.py)
+        exchange.req = exchange.prepared = None  # for `started` only (server/exchange.py)
         return self.state.wrap(call, prepared, recent)
 
     async def _answer(

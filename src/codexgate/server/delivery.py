@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from codexgate.backends.base import Inbound
 from codexgate.errors import GatewayError
 from codexgate.redact import Redactor
-from codexgate.server.access import Exchange
+from codexgate.server.exchange import Exchange
 from codexgate.server.http_errors import Send, redact_failure, send_json
 from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import FAILED, TERMINAL, Event

@@ -49,7 +49,7 @@ API_KEY_NAME = "codexgate.api_key_name"  # scope key: the name of the inbound ke
 
 _RELOAD_CHECK_SECONDS = 1.0
 _HEALTH_PATHS = frozenset(("/health", "/healthz", "/v1/health", "/v1/healthz"))
-_PAGE_PATH = "/ui"  # the live view's page (server/ui.py): static, no data in it
+_PAGE_PATH = "/ui"  # the live view's page (observability/live_view.py): static, no data in it
 _CORS_METHODS = b"GET, POST, OPTIONS"
 _CORS_DEFAULT_HEADERS = b"authorization, content-type, x-api-key"
 _WANTED = frozenset(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from codexgate.server.access import Exchange
+from codexgate.server.exchange import Exchange
 from codexgate.wire.responses_events import Event
 
 log = logging.getLogger("codexgate.observe")

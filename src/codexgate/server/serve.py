@@ -28,7 +28,7 @@ from codexgate.server.app import GatewayApp
 from codexgate.server.auth import ENV_KEYS
 from codexgate.server.limits import ConnectionLimits, limited_protocol
 from codexgate.server.logs import uvicorn_log_config
-from codexgate.server.memory import give_back_memory, give_back_now
+from codexgate.server.malloc_trim import give_back_memory, give_back_now
 
 log = logging.getLogger("codexgate")
 

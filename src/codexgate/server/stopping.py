@@ -41,7 +41,7 @@ class Streams:
         self._held: set[Callable[[], None]] = set()  # each held connection's wake-up
         self._hurry = False  # end the streams without waiting for the grace period
         self._changed: asyncio.Event | None = None  # made by the first wait, in its loop
-        self.started = 0  # responses begun, ever (server/memory.py trims after activity)
+        self.started = 0  # responses begun, ever (server/malloc_trim.py trims after activity)
 
     def __len__(self) -> int:
         return len(self._open)

@@ -27,7 +27,7 @@ import orjson
 from codexgate.backends.base import Call, Inbound
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
-from codexgate.server.access import Exchange
+from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
 from codexgate.server.http_errors import redact_failure
 from codexgate.server.state import Recent, Remembered, ResponseState

@@ -158,10 +158,11 @@ def unseal(content: str, owner: str, secret: bytes, param: str) -> str | None:
 
 def expand_compaction_items(items: list[Item], owner: str, secret: bytes) -> list[Item]:
     """`items` with each compaction item sealed by this gateway replaced by a user message
-    holding its summary, in its place. Items that are not ours stay as they are (translate/items.py
-    decides about them). Returns `items` itself when it holds no compaction item, which is
-    nearly always: only the item types are looked at then. Raises InvalidRequest (naming
-    `input[i].encrypted_content`) for one with our prefix that does not verify for `owner`."""
+    holding its summary, in its place. Items that are not ours stay as they are
+    (translate/chat_upstream/items.py decides about them). Returns `items` itself when it holds
+    no compaction item, which is nearly always: only the item types are looked at then. Raises
+    InvalidRequest (naming `input[i].encrypted_content`) for one with our prefix that does not
+    verify for `owner`."""
     if not any(item.get("type") in COMPACTION_KINDS for item in items):
         return items
     expanded: list[Item] = []

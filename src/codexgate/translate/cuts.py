@@ -13,7 +13,7 @@ Where this belongs: the chat backend's translators, at both ends. `ChatStreamTra
 is the one place every failure ends, so it closes the failed response with one more item, a
 *cut marker*: a reasoning item with an empty summary whose `encrypted_content` (the gateway's
 own channel, which Codex echoes verbatim) names the ids of the response's items. Codex echoes
-item ids too, so `translate/request.py` leaves the named items and the marker out of the chat
+item ids too, so `translate/chat_upstream/request.py` leaves the named items and the marker out of the chat
 request. Decided against, after watching Codex 0.169:
 - new ids for the items `fail()` closes: `output_item.done` must carry the id its `.added` had,
   and items finished before the failure (reasoning, text before a cut tool call) went out with

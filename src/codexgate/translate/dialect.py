@@ -36,9 +36,10 @@ class ChatDialect:
     # is sent, instead of being truncated silently by servers with a small default context.
     context_window: int | None = None
     # "auto": a request without temperature/top_p gets the model family's published values
-    # (translate/sampling.py); "off": the server's own defaults.
+    # (translate/open_models/sampling.py); "off": the server's own defaults.
     default_sampling: Literal["auto", "off"] = "auto"
-    # Stop a generation whose text has become one unit repeated over and over (translate/loops.py).
+    # Stop a generation whose text has become one unit repeated over and over
+    # (translate/open_models/loops.py).
     loop_guard: bool = True
     # merged into every request body (e.g. default sampling for a small model); the client's
     # own values win.

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from codexgate.errors import InvalidRequest
+from codexgate.translate.chat_upstream.items import is_opaque
 from codexgate.translate.files import check_file_part, file_text
-from codexgate.translate.items import is_opaque
 
 __all__ = ["TEXT_PARTS", "chat_content", "check_parts", "checked_kind", "image_url", "text_of_parts"]
 
@@ -101,7 +101,7 @@ def checked_kind(part: dict[str, Any], param: str, *, images: bool) -> str:
 
 def text_of_parts(parts: Any) -> str:
     """The text of parts that are read leniently (a reasoning item's summary or content: with
-    nothing readable in it, it is left out, see translate/items.py)."""
+    nothing readable in it, it is left out, see translate/chat_upstream/items.py)."""
     texts = []
     for part in parts if isinstance(parts, list) else ():
         if isinstance(part, dict) and isinstance(part.get("text"), str):

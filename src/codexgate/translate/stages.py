@@ -8,12 +8,12 @@ and read the request's tools from its neutral catalogue (translate/catalogue.py)
 backend serving an open model runs the same ones:
 
 - `ContentStage`: `<think>` text -> reasoning, tool calls written as text -> `TextCall`s
-  (translate/content.py, think.py, textcalls.py);
-- `LoopGuardStage`: a model repeating itself -> a `Failure` (translate/loops.py);
+  (translate/open_models/content.py, think.py, textcalls.py);
+- `LoopGuardStage`: a model repeating itself -> a `Failure` (translate/open_models/loops.py);
 - `ArgumentRepairStage`: a finished function call's arguments, repaired where unambiguous
-  (translate/repair.py);
+  (translate/open_models/repair.py);
 - `GrammarCheckStage`: a finished custom tool call's input against the grammar the client
-  advertised (translate/patch_grammar.py);
+  advertised (translate/open_models/patch_grammar.py);
 - `StopSequenceStage`: the request's `stop` sequences, for a backend whose upstream cannot
   apply them itself (translate/stops.py);
 - `UsageEstimateStage`: token counts when the upstream sent none (Codex only compacts when it
@@ -34,15 +34,15 @@ from functools import partial
 from typing import Any, ClassVar, Protocol, TypeAlias
 
 from codexgate.errors import GatewayError, ModelOutputLoop
-from codexgate.translate import content as content_module
 from codexgate.translate.catalogue import ToolCatalogue, ToolSpec
 from codexgate.translate.dialect import ThinkMode
 from codexgate.translate.envelope import estimated_usage
-from codexgate.translate.loops import Loop, RepetitionGuard
-from codexgate.translate.patch_grammar import check_custom_input
-from codexgate.translate.repair import repair_arguments
+from codexgate.translate.open_models import content as content_module
+from codexgate.translate.open_models.loops import Loop, RepetitionGuard
+from codexgate.translate.open_models.patch_grammar import check_custom_input
+from codexgate.translate.open_models.repair import repair_arguments
+from codexgate.translate.open_models.textcalls import CallPiece, TextPiece
 from codexgate.translate.stops import StopScanner
-from codexgate.translate.textcalls import CallPiece, TextPiece
 
 # -- the parts
 
@@ -205,7 +205,7 @@ def _feed_string(feed: Callable[[Any], list[Part]], kind: type[Text | Reasoning]
 
 
 class ContentStage:
-    """Think tags and tool calls written as text, out of the answer (translate/content.py)."""
+    """Think tags and tool calls written as text, out of the answer (translate/open_models/content.py)."""
 
     accepts: ClassVar[tuple[type, ...]] = (Text,)
 
@@ -247,7 +247,7 @@ class ContentStage:
 
 
 class LoopGuardStage:
-    """Stops a model that repeats one unit of text over and over (translate/loops.py): one
+    """Stops a model that repeats one unit of text over and over (translate/open_models/loops.py): one
     guard for the reasoning, one for the answer."""
 
     accepts: ClassVar[tuple[type, ...]] = (Text, Reasoning)

@@ -10,7 +10,7 @@
        numbers these from 0, independently of the client's ids, and waits for an answer forever
 
 This module only names the methods and shapes the gateway sends or reads, and frames or parses
-one line; it does no I/O (the supervised client is `codexgate.backends.app_server`). Everything
+one line; it does no I/O (the supervised client is `codexgate.backends.codex.app_server`). Everything
 here was checked on the 0.169.0 binary (see codex-contract.md §8 and §13), and again on 0.171.0,
 which only adds to it (docs/codex-versions.md). Requests are typed strictly (they are ours); what
 the server sends is read leniently: a notification or server request of a kind this catalogue

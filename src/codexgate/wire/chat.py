@@ -3,7 +3,7 @@ validation. No I/O.
 
 Strict where the input is ours to judge: every known field is checked here, where it enters,
 and a wrong type is a 400 naming the field (`messages[2].content[0].image_url.url`), so the
-translator (translate/from_chat.py) can read the body without checking shapes again. Lenient
+translator (translate/chat_face/request.py) can read the body without checking shapes again. Lenient
 where it is not: unknown top-level fields and unknown keys on messages, parts and tools are
 passed over, never a reason to fail (clients add fields faster than gateways learn them).
 

@@ -19,13 +19,13 @@ from dataclasses import replace
 from codexgate.backends.base import UNKNOWN, Event, Inbound
 from codexgate.backends.chat import ChatBackend, ChatCall
 from codexgate.backends.embedded.supervisor import EmbeddedModelStarting, LlamaSupervisor
-from codexgate.backends.http_stream import UpstreamTarget
+from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog
 from codexgate.backends.model_list import ModelList
-from codexgate.backends.transport import Transport
-from codexgate.memo import Memo
+from codexgate.translate.chat_upstream.request import Checkpoint
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.request import Checkpoint
+from codexgate.translate.history_memo import Memo
 from codexgate.wire.responses import ResponsesRequest
 
 __all__ = ["EmbeddedBackend", "EmbeddedCall", "EmbeddedModelStarting"]

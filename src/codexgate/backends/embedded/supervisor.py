@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Literal
 
 from codexgate.backends.embedded.runtime import Fetcher, RuntimeUnavailable, find_runtime
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.server_info import fetch_json
-from codexgate.backends.transport import Transport
 from codexgate.errors import Code, NoUpstream, UpstreamError
 
 __all__ = ["EmbeddedModelStarting", "Launch", "LlamaOptions", "LlamaSupervisor", "State"]
 
-log = logging.getLogger("codexgate.embedded")
+log = logging.getLogger("codexgate.backends.embedded.fallback")
 
 State = Literal["idle", "downloading", "starting", "serving", "restarting", "failed", "stopped"]
 

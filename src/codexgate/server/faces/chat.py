@@ -1,7 +1,7 @@
 """The Chat Completions face (`POST /v1/chat/completions`): a chat body -> the canonical
-request (wire/chat.py checks it, translate/from_chat.py translates it), and the canonical
+request (wire/chat.py checks it, translate/chat_face/request.py translates it), and the canonical
 events -> chat chunks as Server-Sent Events, or one `chat.completion` body
-(translate/chat_chunks.py).
+(translate/chat_face/chunks.py).
 
 Streamed, each chunk is one `data:` line and a success ends with `data: [DONE]`; a failure after
 the first byte is an `error` payload, which the official SDKs raise as an APIError. What a chat
@@ -17,8 +17,8 @@ import orjson
 
 from codexgate.backends.base import Inbound
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
-from codexgate.translate.chat_chunks import ChatChunkEncoder, chat_completion
-from codexgate.translate.from_chat import parse_chat_request
+from codexgate.translate.chat_face.chunks import ChatChunkEncoder, chat_completion
+from codexgate.translate.chat_face.request import parse_chat_request
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses_events import Event
 

@@ -11,11 +11,11 @@ import dataclasses
 from typing import Any
 
 from codexgate.backends.base import Inbound
-from codexgate.memo import Memo
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.server.http_errors import failed_response
 from codexgate.server.state import listed_item
 from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
+from codexgate.translate.history_memo import Memo
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses import Item, ResponsesRequest, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event

@@ -1,0 +1,230 @@
+"""What every backend over an HTTP upstream shares: the call (send with backends/http/stream.py,
+then read the answer's payloads into the dialect's reader, which feeds the turn) and the
+backend (the route's target, the model list, reachability). A dialect (Chat Completions,
+Responses) adds the body it sends and the reader of what comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, ClassVar, Protocol
+
+import orjson
+
+from codexgate.backends.http.read_turns import REST, turns
+from codexgate.backends.http.stream import DONE, HttpStream, UpstreamTarget, WholeBody, describe_json
+from codexgate.backends.http.transport import Transport
+from codexgate.backends.log import OnceLog, clip, log
+from codexgate.backends.model_list import ModelList, list_models
+from codexgate.backends.server_info import fetch_json, model_entries
+from codexgate.errors import UpstreamError, UpstreamStreamCut
+from codexgate.translate.turn import Turn
+from codexgate.wire.responses_events import Event
+
+__all__ = ["HttpBackend", "HttpCall", "StreamReader"]
+
+_HEALTH_PROBE_SECONDS = 2.0
+_HEALTH_CACHE_SECONDS = 5.0
+
+
+class StreamReader(Protocol):
+    """A dialect's reader of an upstream's answer into a turn (translate/chat_upstream/stream.py for chat
+    chunks, translate/responses_upstream/stream.py for Responses events)."""
+
+    turn: Turn
+
+    @property
+    def done(self) -> bool: ...
+
+    def feed(self, payload: Any) -> None:
+        """One decoded event-stream payload. Raises GatewayError for an error in the stream."""
+        ...
+
+    def end_of_stream_marker(self) -> None:
+        """The payload `[DONE]`."""
+        ...
+
+    def finish(self) -> None:
+        """The end of the body. Raises UpstreamStreamCut when the model did not finish."""
+        ...
+
+    def count_malformed(self) -> None: ...
+
+    def feed_whole(self, data: Any, headers: Mapping[str, str]) -> bool:
+        """A 200 answer that was one JSON value: read it when it is this dialect's whole answer
+        (True), raise the error it carries, or say it is neither (False)."""
+        ...
+
+
+class HttpCall:
+    """One request to an HTTP upstream, from `open()` to the last event. A dialect's call
+    makes the body, then `_make_reader()` once the request is out."""
+
+    answer_noun: ClassVar[str] = "an answer"  # what a whole JSON body should have been
+
+    def __init__(self, backend: HttpBackend, path: str, body: bytes) -> None:
+        self._target = backend.target
+        self._input_bytes = len(body)
+        self._counts = backend.counts
+        self._http = HttpStream(backend.transport, backend.target, path, body, backend.counts)
+        self._reader: StreamReader | None = None
+        self._noise_logged = False
+
+    @property
+    def reader(self) -> StreamReader:
+        """The reader, and through it the turn; made by open()."""
+        assert self._reader is not None, "open() first"
+        return self._reader
+
+    def _make_reader(self) -> StreamReader:
+        raise NotImplementedError
+
+    async def _before_send(self) -> None:
+        """What a dialect checks before the request goes (its budgets have started)."""
+
+    async def open(self) -> None:
+        """Send the request. Raises GatewayError (already classified) if the upstream refuses.
+        The reader (and its turn) is made once the request is out: until the upstream's first
+        byte the gateway has time to spare, while before sending every microsecond adds to the
+        time to first token."""
+        self._http.start_clock()
+        await self._before_send()
+        await self._http.open()
+        try:
+            self._reader = self._make_reader()
+        except BaseException:
+            await self._http.aclose()  # no stream will read it
+            raise
+
+    def events(self) -> AsyncGenerator[list[Event], None]:
+        """The turn's run loop over this upstream's answer (see Call.events)."""
+        return self.reader.turn.run(self._read(), self._http.aclose)
+
+    async def _read(self) -> AsyncIterator[None]:
+        """Feed the turn from the answer, yielding after each read; drain after the end."""
+        reader = self.reader
+        turn = reader.turn
+        http = self._http
+        answer = http.payloads()
+        steady = turns()
+        started = False  # the model's first output went out
+        try:
+            async for payloads in answer:
+                # A started stream takes turns with the others, so that new streams' first
+                # tokens do not wait behind their deltas (backends/http/read_turns.py).
+                if started:
+                    wait = steady.wait()
+                    if wait is not None:
+                        await wait
+                if isinstance(payloads, WholeBody):
+                    self._whole_body(payloads.body)
+                else:
+                    self._feed(payloads)
+                yield None
+                if reader.done:
+                    await http.drain()
+                    return
+                if not started and turn.output_chars:
+                    started = True
+                    steady.started()
+                if started and steady.crowded:
+                    await http.rest(REST)  # what comes meanwhile is read, and sent, in one go
+            reader.finish()  # the end of the body: finished, or cut
+            yield None
+        except UpstreamError as exc:  # after the first byte: counted as open() counts those before
+            if exc is not reader.turn.failure:  # the gateway's own stop (the loop guard) is not
+                self._counts[f"upstream.error.{exc.code}"] += 1
+            raise
+        finally:
+            if started:
+                steady.ended()
+            await answer.aclose()
+
+    def _feed(self, payloads: list[bytes]) -> None:
+        """Decoded event-stream payloads into the reader."""
+        reader = self.reader
+        for data in payloads:
+            if data == DONE:
+                reader.end_of_stream_marker()
+            else:
+                try:
+                    payload = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    # Not JSON: noise, or the fragment of an event cut by a dropped connection
+                    # (then finish() reports the cut). Counted; logged once per response.
+                    reader.count_malformed()
+                    if not self._noise_logged:
+                        self._noise_logged = True
+                        name = self._target.name
+                        log.warning("upstream %s sent data that is not JSON: %s", name, clip(data, 200))
+                    continue
+                reader.feed(payload)
+            if reader.done:
+                return
+
+    def _whole_body(self, raw: bytes) -> None:
+        """A 200 answer that is one JSON object (a server that ignored `stream`, an error sent
+        with a 200): read by the dialect, or an error naming what it was."""
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamStreamCut(
+                "The upstream's JSON answer ended before it was complete, or is not JSON."
+            ) from None
+        if not self.reader.feed_whole(data, self._http.headers):
+            raise UpstreamError(
+                f"The upstream answered with JSON that is neither {self.answer_noun} nor an error: "
+                f"{describe_json(raw)}."
+            )
+
+
+class HttpBackend:
+    """An HTTP upstream as one model route sees it. Routes of one upstream share `counts`
+    (repairs and checks tallied)."""
+
+    def __init__(
+        self,
+        target: UpstreamTarget,
+        transport: Transport,
+        once: OnceLog | None = None,
+        counts: Counter[str] | None = None,
+    ) -> None:
+        self.target = target
+        self.transport = transport
+        self.once = once or OnceLog()
+        self.counts: Counter[str] = Counter() if counts is None else counts
+        self._listing: ModelList | None = None
+        self._listing_until = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def base_url(self) -> str:
+        return self.target.base_url
+
+    async def model_ids(self) -> list[str]:
+        """The upstream's model list (for a pass-through upstream); [] when it cannot tell."""
+        target = self.target
+        if target.models:
+            return list(target.models)
+        url = target.base_url.rstrip("/") + "/models"
+        status, body = await fetch_json(self.transport, url, target.headers, target.connect_timeout)
+        return [m["id"] for m in model_entries(body)] if status == 200 else []
+
+    async def reachability(self) -> ModelList:
+        """The upstream's answer to `GET /models`, asked at most every few seconds (for
+        /healthz, which monitors may poll often)."""
+        now = time.monotonic()
+        if self._listing is None or now >= self._listing_until:
+            target = self.target
+            timeout = min(target.connect_timeout, _HEALTH_PROBE_SECONDS)
+            self._listing = await list_models(self.transport, target.base_url, target.headers, timeout)
+            self._listing_until = time.monotonic() + _HEALTH_CACHE_SECONDS
+        return self._listing
+
+    async def aclose(self) -> None:
+        """Nothing to release: the transport is the app's."""

@@ -1,0 +1,1 @@
+"""What the CLI does besides serving: doctor, codex-setup, replay."""

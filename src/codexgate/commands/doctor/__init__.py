@@ -1,0 +1,2 @@
+"""`codexgate doctor`: probe a model server (probe.py), then show and write what it found
+(command.py)."""

@@ -1,0 +1,1 @@
+"""The Chat Completions face: a chat request in, chat chunks (or a JSON body) out."""

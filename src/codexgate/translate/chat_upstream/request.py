@@ -1,0 +1,184 @@
+"""Responses request -> Chat Completions request. Pure: no I/O, no clock.
+
+The input items become messages in translate/chat_upstream/messages.py; this module adds the tools, the
+sampling values and the rest of the body, and encodes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import orjson
+
+from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
+from codexgate.translate.chat_upstream.messages import (
+    LATE_DEVELOPER_PREFIX,
+    MISSING_OUTPUT,
+    History,
+    Message,
+    translate_input,
+)
+from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
+from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.open_models.sampling import family_sampling, for_server
+from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
+from codexgate.wire.responses import Item, ResponsesRequest
+
+__all__ = [
+    "LATE_DEVELOPER_PREFIX",
+    "MISSING_OUTPUT",
+    "ChatRequest",
+    "Checkpoint",
+    "to_chat_request",
+    "tools_of",
+]
+
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a request leaves for the next request of the same conversation (Codex re-sends
+    the same tools and the whole history every turn): its input as translated, and its
+    tools as translated."""
+
+    history: History
+    tools: list[dict[str, Any]]
+    chat_tools: list[dict[str, Any]]
+    catalogue: ToolCatalogue
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    body: dict[str, Any]
+    catalogue: ToolCatalogue
+    checkpoint: Checkpoint | None  # for the next request of the same conversation, if kept
+    dropped_items: list[str] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        """The body as JSON, with `messages` last. A message encoded for an earlier request
+        of the conversation is not encoded again (a long history is most of the body); this
+        request's encodings are kept in its checkpoint for the next one."""
+        body = self.body
+        messages: list[Message] = body["messages"]
+        head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+        opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
+        if self.checkpoint is None:  # nothing to keep: the messages in one go (the same bytes)
+            return opening + orjson.dumps(messages) + b"}"
+        history = self.checkpoint.history
+        known = history.encoded
+        ids = list(map(id, messages))
+        parts = list(map(known.get, ids))  # C loops: most messages are known
+        fresh = [i for i, part in enumerate(parts) if part is None]
+        if fresh:
+            held = set(map(id, history.builder.messages))
+            for i in fresh:
+                part = parts[i] = orjson.dumps(messages[i])
+                if ids[i] in held:
+                    # A copy of the exact size: orjson's result keeps the buffer it grew
+                    # (4 KB or more even for a short message), and these stay for the
+                    # conversation's next turn.
+                    known[ids[i]] = bytes(memoryview(part))
+        # One join, so a long history is copied once; commas are the separator
+        framed = cast(list[bytes], parts)  # no None is left
+        if not framed:
+            return opening + b"[]}"
+        framed[0] = b"".join((opening, b"[", framed[0]))
+        framed[-1] = framed[-1] + b"]}"
+        return b",".join(framed)
+
+
+def tools_of(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's tools: `tools`, then those of every `additional_tools` input item (Codex's
+    Responses Lite sends its tools that way and no `tools` at all)."""
+    return request_tools(req.tools, req.input)
+
+
+def to_chat_request(
+    req: ResponsesRequest,
+    dialect: ChatDialect,
+    upstream_model: str,
+    earlier: Checkpoint | None = None,
+    known: tuple[list[Item], int] | None = None,
+    *,
+    keep: bool = True,
+) -> ChatRequest:
+    """Build the upstream body. The result always streams and asks for usage when allowed.
+    Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
+    the dialect's `extra_body` (upstream and model settings), then the client's own values.
+    `earlier`: the checkpoint of an earlier request of the same conversation, translated with
+    the same dialect; what the two share is not translated again (the result is the same).
+    `known`: the leading input items known equal to that earlier request's (Inbound).
+    `keep`: make the checkpoint for the next request (False: it would not be remembered, so
+    neither its copy of the translation nor its encodings are made).
+    Raises InvalidRequest for what a chat upstream cannot be given (a tool choice it cannot
+    honour, an input item or part it could not read)."""
+    tools = tools_of(req)
+    if earlier is not None and tools == earlier.tools:
+        functions, catalogue = earlier.chat_tools, earlier.catalogue
+    else:
+        catalogue = catalogue_of(tools)
+        functions = chat_tools(catalogue)
+    notice = unavailable_notice(catalogue.unavailable)
+    history = earlier.history if earlier is not None else None
+    translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
+    messages = translated.messages
+
+    body: dict[str, Any] = {}
+    if dialect.default_sampling == "auto":
+        family = family_sampling(upstream_model)
+        if family is not None:
+            body.update(for_server(family, None).values)
+    body.update(dialect.extra_body)
+    for name in CHAT_SAMPLING_EXTRAS:
+        if name in req.extra:
+            body[name] = req.extra[name]
+    body["model"] = upstream_model
+    body["messages"] = messages
+    body["stream"] = True
+    if dialect.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    offered, tool_choice = chat_tool_choice(req.tool_choice, catalogue, functions)
+    if offered:
+        body["tools"] = offered
+        body["tool_choice"] = tool_choice
+        if req.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.max_output_tokens is not None:
+        body[dialect.max_tokens_field] = req.max_output_tokens
+    if req.temperature is not None:
+        body["temperature"] = req.temperature
+    if req.top_p is not None:
+        body["top_p"] = req.top_p
+    user = req.user if req.user is not None else req.extra.get("safety_identifier")
+    if user is not None:  # the chat field every server knows; `safety_identifier` is its newer name
+        body["user"] = user
+    if req.stop:
+        body["stop"] = req.stop
+    if req.seed is not None:
+        body["seed"] = req.seed
+    effort = (req.reasoning or {}).get("effort")
+    if dialect.send_reasoning_effort and isinstance(effort, str):
+        body["reasoning_effort"] = effort
+    response_format = _response_format((req.text or {}).get("format"))
+    if response_format is not None:
+        body["response_format"] = response_format
+    kept = translated.history
+    checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
+    return ChatRequest(body, catalogue, checkpoint, translated.dropped)
+
+
+def _response_format(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, dict):
+        return None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema: dict[str, Any] = {"name": fmt.get("name") or "output", "schema": fmt.get("schema") or {}}
+        if fmt.get("strict") is not None:
+            schema["strict"] = bool(fmt["strict"])
+        if fmt.get("description"):
+            schema["description"] = fmt["description"]
+        return {"type": "json_schema", "json_schema": schema}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    return None

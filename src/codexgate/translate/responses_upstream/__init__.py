@@ -1,0 +1,1 @@
+"""To and from a Responses upstream: the request out, the events back."""

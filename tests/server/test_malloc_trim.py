@@ -1,0 +1,88 @@
+"""The allocator's free pages go back to the system after a burst (server/malloc_trim.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from codexgate.server import malloc_trim as memory
+
+
+async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.01)
+    load = {"open": 0, "served": 0}
+    task = asyncio.create_task(memory.give_back_memory(lambda: load["open"], lambda: load["served"]))
+    try:
+        await asyncio.sleep(0.05)
+        assert trims == []  # nothing served: nothing to give back
+        load.update(open=100, served=100)
+        await asyncio.sleep(0.05)
+        assert trims == []  # a steady load: no trim before TRIM_AT_LEAST_EVERY
+        load.update(open=10, served=120)  # the burst ended
+        await asyncio.sleep(0.05)
+        assert trims == [0]
+        await asyncio.sleep(0.05)
+        assert trims == [0]  # nothing new served since
+    finally:
+        task.cancel()
+
+
+def test_the_real_malloc_trim_is_found_on_glibc() -> None:
+    trim = memory._malloc_trim()
+    assert trim is not None and trim(0) in (0, 1)
+
+
+def test_startup_gives_back_what_loading_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve.run's garbage-collector tuning ends with a trim: building the settings'
+    validators leaves some 5 MB of freed pages behind."""
+    from codexgate.server import serve
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(serve.gc, "freeze", lambda: None)  # not this test process's objects
+    monkeypatch.setattr(serve.gc, "set_threshold", lambda *threshold: None)
+    serve.tune_garbage_collector()
+    assert trims == [0]
+
+
+class _Probe:
+    """A value whose lifetime a weak reference can follow."""
+
+
+async def test_a_sent_batch_is_not_held_while_the_stream_waits_for_the_next() -> None:
+    """The first batch (the response twice, with the request's echo) used to stay referenced
+    by the delivery loop through the model's whole prefill."""
+    import weakref
+
+    from codexgate.redact import Redactor
+    from codexgate.server.delivery import StreamEncoder, deliver_stream
+    from codexgate.server.exchange import Exchange
+
+    class Encoder(StreamEncoder):
+        def batch(self, events: list[Any]) -> bytes:
+            return b"x" * 1000
+
+    sent: list[Any] = []
+    first_gone: list[bool] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def events() -> Any:
+        probe = _Probe()
+        seen = weakref.ref(probe)
+        yield [{"type": "response.created", "response": {"probe": probe}}]
+        del probe
+        await asyncio.sleep(0)  # the model's prefill: the first batch is out
+        first_gone.append(seen() is None)
+        yield [{"type": "response.completed", "response": {}}]
+
+    await deliver_stream(events(), Encoder(), send, Exchange(None, "responses"), Redactor([]))
+    assert first_gone == [True]
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body")
