@@ -23,7 +23,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from codexgate.app import build_app
-from codexgate.backends.http.tap import TAP, TappedTransport
+from codexgate.backends import scope
+from codexgate.backends.http.tap import TappedTransport
 from codexgate.backends.http.transport import UpstreamResponse
 from codexgate.cli import main
 from codexgate.config import load_settings
@@ -347,7 +348,7 @@ class _NoTapTransport(ASGIUpstreamTransport):
     async def open(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, connect_timeout: float
     ) -> UpstreamResponse:
-        assert TAP.get() is None
+        assert scope.current().tap is None
         type(self).opened += 1
         return await super().open(method, url, headers, body, connect_timeout)
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from codexgate.app import build_app
-from codexgate.backends.http import attempts
+from codexgate.backends import scope
 from codexgate.config import load_settings
 from codexgate.observability.tracing import Tracing, traces_url
 from codexgate.server.app import GatewayApp
@@ -137,7 +137,7 @@ class WatcherSeen(Observer):
         self.seen: list[object] = []
 
     def started(self, exchange: Exchange) -> None:
-        self.seen.append(attempts.watcher.get())
+        self.seen.append(scope.current().attempts)
 
 
 async def test_with_traces_off_there_is_no_tracer_and_no_attempt_watcher() -> None:
@@ -162,7 +162,7 @@ async def test_the_attempt_watcher_lives_as_long_as_its_request() -> None:
         await stream(client)
     first, second = spy.seen
     assert first is not None and second is not None and first is not second
-    assert attempts.watcher.get() is None
+    assert scope.current().attempts is None
 
 
 def test_the_traces_url_is_the_endpoint_with_v1_traces() -> None:

@@ -15,11 +15,18 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
+from codexgate.backends import scope
 from codexgate.backends.model_list import ModelList
+from codexgate.translate.builder import ReasoningBlob
+from codexgate.translate.dialect import ThinkMode
+from codexgate.translate.turn import TurnOptions
 from codexgate.wire.responses import Item, ResponsesRequest
 from codexgate.wire.responses_events import Event
 
-__all__ = ["UNKNOWN", "Backend", "Call", "ContextWindowsView", "Event", "Inbound", "ModelList"]
+__all__ = [
+    "UNKNOWN", "Backend", "Call", "ContextWindowsView", "Event", "Inbound", "ModelList", "StageSettings",
+    "turn_options",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +109,44 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release what the backend holds (a Codex backend stops its app-server)."""
         ...
+
+
+class StageSettings(Protocol):
+    """The stages an upstream's settings switch on (a dialect, a Codex target)."""
+
+    @property
+    def think_tags(self) -> ThinkMode: ...
+
+    @property
+    def text_tool_calls(self) -> str: ...
+
+    @property
+    def loop_guard(self) -> bool: ...
+
+
+def turn_options(
+    name: str,
+    stages: StageSettings,
+    *,
+    input_bytes: int,
+    max_output_chars: int | None,
+    stop: list[str] | None = None,
+    reasoning_blob: ReasoningBlob | None = None,
+    mark_cuts: bool = False,
+) -> TurnOptions:
+    """How every backend sets up its turn: the stages `stages` asks for, an estimate of the
+    input's tokens (4 bytes a token), the output cap, the stop sequences the gateway applies
+    (None: the upstream applies the request's own), the dialect's policies, and the request's
+    interrupt (backends/scope.py), by which a stopping server ends the stream."""
+    return TurnOptions(
+        think_tags=stages.think_tags,
+        text_tool_calls=stages.text_tool_calls,
+        loop_guard=stages.loop_guard,
+        stop=stop,
+        input_token_estimate=input_bytes // 4,
+        max_output_chars=max_output_chars,
+        reasoning_blob=reasoning_blob,
+        mark_cuts=mark_cuts,
+        label=f"upstream {name}",
+        interrupt=scope.current().interrupt,
+    )

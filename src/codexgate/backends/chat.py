@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from codexgate.backends.base import UNKNOWN, Inbound
+from codexgate.backends.base import UNKNOWN, Inbound, turn_options
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
@@ -23,7 +23,7 @@ from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, t
 from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
 from codexgate.translate.history_memo import Memo
 from codexgate.translate.reasoning import encode_reasoning
-from codexgate.translate.turn import Turn, TurnOptions
+from codexgate.translate.turn import Turn
 from codexgate.wire.responses import ResponsesRequest
 
 __all__ = ["ChatBackend", "ChatCall", "OnceLog", "UpstreamTarget"]
@@ -76,19 +76,16 @@ class ChatCall(HttpCall):
         req, chat = self._unsent
         self._unsent = None
         backend, target = self._backend, self._target
-        dialect = target.dialect
-        options = TurnOptions(
-            think_tags=dialect.think_tags,
-            text_tool_calls=dialect.text_tool_calls,
-            loop_guard=dialect.loop_guard,
-            input_token_estimate=self._input_bytes // 4,
+        options = turn_options(
+            target.name,
+            target.dialect,
+            input_bytes=self._input_bytes,
             max_output_chars=target.max_output_bytes,
             # Chat policies: the reasoning text rides in the item's encrypted_content and is
             # replayed upstream next turn; a failed answer is marked so the next request
             # leaves it out (translate/cuts.py).
             reasoning_blob=encode_reasoning,
             mark_cuts=True,
-            label=f"upstream {target.name}",
         )
         turn = Turn(req, chat.catalogue, options, counts=backend.counts, sent=chat.body)
         return ChatStreamTranslator(turn, backend.counts)

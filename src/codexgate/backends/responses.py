@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound
+from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound, turn_options
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog, clip
 from codexgate.translate.responses_upstream.request import ToolFormat, UpstreamRequest, to_upstream_request
 from codexgate.translate.responses_upstream.stream import ResponsesStreamReader
-from codexgate.translate.turn import Turn, TurnOptions
+from codexgate.translate.turn import Turn
 from codexgate.wire.responses import ResponsesRequest
 
 __all__ = ["ResponsesBackend", "ResponsesCall"]
@@ -61,18 +61,15 @@ class ResponsesCall(HttpCall):
         req, translated = self._unsent
         self._unsent = None
         backend, target = self._backend, self._target
-        dialect = target.dialect
-        options = TurnOptions(
-            think_tags=dialect.think_tags,
-            text_tool_calls=dialect.text_tool_calls,
-            loop_guard=dialect.loop_guard,
-            stop=req.stop,  # Responses servers have no stop sequences: the gateway applies them
-            input_token_estimate=self._input_bytes // 4,
+        options = turn_options(
+            target.name,
+            target.dialect,
+            input_bytes=self._input_bytes,
             max_output_chars=target.max_output_bytes,
+            stop=req.stop,  # Responses servers have no stop sequences: the gateway applies them
             # The upstream's reasoning blob is its own (the reader wraps it); a failed answer
             # is marked so the next request leaves it out (translate/cuts.py).
             mark_cuts=True,
-            label=f"upstream {target.name}",
         )
         turn = Turn(req, translated.catalogue, options, counts=backend.counts, sent=translated.body)
         return ResponsesStreamReader(turn, target.name, backend.counts)

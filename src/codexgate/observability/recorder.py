@@ -26,7 +26,6 @@ import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import Token
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -36,7 +35,8 @@ from typing import Any
 import orjson
 
 from codexgate import __version__
-from codexgate.backends.http.tap import TAP, Captured, Tap
+from codexgate.backends import scope
+from codexgate.backends.scope import Captured, Tap
 from codexgate.config import Settings
 from codexgate.observability.transcript import (
     CREDENTIAL_HEADER,
@@ -78,7 +78,6 @@ class _Turn:
     def __init__(self, exchange: Exchange, tap: Tap) -> None:
         self.exchange = exchange
         self.tap = tap
-        self.token: Token[Tap | None] | None = None
         self.recorded_at = time.time()
         self.request = b"null"
         self.backend_request: bytes | None = None
@@ -147,8 +146,8 @@ class Recorder(Observer):
             if prepared.req is not exchange.req:  # expanded: history, references, summaries
                 turn.backend_request = _json(prepared.req)
             turn.compaction = prepared.compaction
-        # The upstream traffic of this task is now captured (backends/http/tap.py).
-        turn.token = TAP.set(turn.tap)
+        # The upstream traffic of this request is now captured (backends/http/tap.py).
+        scope.current().tap = turn.tap
         self._turns[id(exchange)] = turn
         self._writer.start()
 
@@ -165,11 +164,6 @@ class Recorder(Observer):
         turn = self._turns.pop(id(exchange), None)
         if turn is None:
             return  # refused before it reached a backend: nothing to replay
-        if turn.token is not None:
-            try:
-                TAP.reset(turn.token)
-            except ValueError:  # finished in another context than it started
-                TAP.set(None)
         terminal = exchange.terminal or {}
         turn.meta = {
             "request_id": exchange.request_id,

@@ -7,8 +7,9 @@ conventions as of opentelemetry-semantic-conventions 0.66b2, where `gen_ai.provi
 replaced `gen_ai.system`; the provider named is the upstream's configured name, since behind
 an OpenAI-compatible API the gateway cannot tell who serves it.
 
-The attempt spans come through backends/http/attempts.py, a context variable set when a request
-starts: backends import nothing of OpenTelemetry, and with traces off nothing here is imported.
+The attempt spans come through the request's scope (backends/scope.py: `attempts`, set when a
+request starts): backends import nothing of OpenTelemetry, and with traces off nothing here is
+imported.
 Each app has its own tracer provider (not the process-wide one): several apps live in one test
 process, and the provider is shut down, its last spans sent, with the app.
 """
@@ -28,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from codexgate import __version__
-from codexgate.backends.http import attempts
+from codexgate.backends import scope
 from codexgate.server.exchange import Exchange
 from codexgate.server.observe import Observer
 
@@ -89,14 +90,12 @@ class Tracing(Observer):
         )
         request = _RequestTrace(self._tracer, span)
         self._open[id(exchange)] = request
-        attempts.watcher.set(request)
+        scope.current().attempts = request
 
     def finished(self, exchange: Exchange) -> None:
         request = self._open.pop(id(exchange), None)
         if request is None:
             return  # refused before it was routed: no span
-        if attempts.watcher.get() is request:
-            attempts.watcher.set(None)  # a WebSocket runs its next request in this same task
         span = request.span
         resource = (exchange.terminal or {}).get("response") or {}
         usage = exchange.usage or {}
@@ -142,7 +141,7 @@ def _error_type(exchange: Exchange) -> tuple[str | None, bool]:
 
 
 class _RequestTrace:
-    """One request's span and its attempts' (the AttemptWatcher of backends/http/attempts.py)."""
+    """One request's span and its attempts' (the AttemptWatcher of backends/scope.py)."""
 
     __slots__ = ("_attempts", "_context", "_tracer", "span")
 

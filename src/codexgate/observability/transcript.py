@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from codexgate.backends.http.tap import Captured
+from codexgate.backends.scope import Captured
 from codexgate.config import Settings, UpstreamConfig
 from codexgate.redact import MASK, split_url_credentials
 

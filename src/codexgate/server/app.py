@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import orjson
 
 from codexgate.backends.base import Backend, Call, Inbound
+from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import (
     Code,
     GatewayError,
@@ -41,7 +42,7 @@ from codexgate.server.response_routes import ResourceHandler, StoredResponses
 from codexgate.server.state import Recent, ResponseState
 from codexgate.server.stopping import Streams
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
-from codexgate.translate.interrupt import interruptible
+from codexgate.translate.interrupt import Interrupt
 from codexgate.wire.responses import ResponsesRequest
 
 log = logging.getLogger("codexgate.server")
@@ -269,13 +270,14 @@ class GatewayApp:
             # The body is not kept in a variable: this frame lives as long as the stream.
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model, exchange.req = ask.req.model, ask.req
-            with self.streams.stream():
+            with self.streams.stream() as interrupt, entered_scope(interrupt):
                 call = await self._call(ask.req, ask.inbound, exchange)
                 encoder = ask.encoder
                 # The request (its whole history) is the backend's now: a long stream holds
                 # only what the rest of it needs.
                 del ask
-                await until_disconnect(receive, exchange, self._answer(call, encoder, send, exchange))
+                answer = self._answer(call, encoder, send, exchange, interrupt)
+                await until_disconnect(receive, exchange, answer)
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code
             exchange.error_message = exc.message
@@ -304,10 +306,15 @@ class GatewayApp:
         return self.state.wrap(call, prepared, recent)
 
     async def _answer(
-        self, call: Call, encoder: StreamEncoder | BodyEncoder, send: Send, delivery: Exchange
+        self,
+        call: Call,
+        encoder: StreamEncoder | BodyEncoder,
+        send: Send,
+        delivery: Exchange,
+        interrupt: Interrupt,
     ) -> None:
         # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
-        await interruptible(call.open())
+        await interrupt.wait(call.open())
         events = call.events()
         try:
             await deliver(events, encoder, send, delivery, self.redactor)

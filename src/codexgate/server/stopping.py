@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from codexgate.errors import GatewayError
-from codexgate.translate.interrupt import INTERRUPT, Interrupt
+from codexgate.translate.interrupt import Interrupt
 
 __all__ = ["SHUTTING_DOWN", "Streams", "shutting_down"]
 
@@ -53,14 +53,12 @@ class Streams:
         if self.stopping:
             raise shutting_down()
         interrupt = Interrupt()
-        token = INTERRUPT.set(interrupt)
         self._open.add(interrupt)
         self.started += 1
         try:
             yield interrupt
         finally:
             self._open.discard(interrupt)
-            INTERRUPT.reset(token)
             if not self._open and not self._held:
                 self._wake()
 

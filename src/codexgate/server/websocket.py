@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from codexgate.backends.base import Call, Inbound
+from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
 from codexgate.server.exchange import Exchange
@@ -33,7 +34,6 @@ from codexgate.server.http_errors import redact_failure
 from codexgate.server.state import Recent, Remembered, ResponseState
 from codexgate.server.stopping import Streams
 from codexgate.translate.envelope import Envelope, estimated_usage
-from codexgate.translate.interrupt import interruptible
 from codexgate.translate.turn import new_id
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses import ResponsesRequest
@@ -218,10 +218,11 @@ class _Connection:
                 await self._prewarm(req, inbound, frame_bytes)
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
-            with self.sockets.streams.stream():  # a stopping server refuses it, or ends it
+            # A stopping server refuses it, or ends it.
+            with self.sockets.streams.stream() as interrupt, entered_scope(interrupt):
                 call = await self.sockets._start(req, inbound, exchange, self.recent)
                 del req, inbound
-                await interruptible(call.open())
+                await interrupt.wait(call.open())
                 await self._stream(call, exchange, frame_bytes)
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code

@@ -3,10 +3,10 @@
 When the gateway stops, the streams still open after its grace period end with
 `response.failed` (`server_shutting_down`, which Codex retries). Only the turn
 (translate/turn.py) can write that event well-formed, every open item closed first, so the
-server does not write it: it sets an `Interrupt` around each stream it delivers and asks it to
-`end(error)`. The interrupt travels in a context variable (`INTERRUPT`) rather than through
-every backend's call: a backend has nothing to do with it, and the turn's run loop runs in the
-delivering task, where the variable is set.
+server does not write it: it makes an `Interrupt` for each stream it delivers and asks it to
+`end(error)`. The turn is given it in its options (TurnOptions.interrupt), which its backend
+takes from the request's scope (backends/scope.py); the turn's run loop runs in the delivering
+task, the one the interrupt belongs to.
 
 The turn marks the moments it waits on its upstream (`waiting`); `end()` cancels such a wait,
 and the turn takes the cancellation back (`claim()`) and fails with the error. When the task
@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from codexgate.errors import GatewayError
 
-__all__ = ["INTERRUPT", "Interrupt", "interruptible"]
+__all__ = ["Interrupt"]
 
 T = TypeVar("T")
 
@@ -76,17 +75,3 @@ class Interrupt:
             raise error from None
         finally:
             self.waiting = False
-
-
-# The interrupt of the stream the current task delivers; None outside the server (tests that
-# drive a backend directly, the doctor's probes).
-INTERRUPT: ContextVar[Interrupt | None] = ContextVar("codexgate_interrupt", default=None)
-
-
-async def interruptible(awaitable: Awaitable[T]) -> T:
-    """`await awaitable`, cut short by the current stream's interrupt if it has one. Raises
-    the interrupt's error then."""
-    interrupt = INTERRUPT.get()
-    if interrupt is None:
-        return await awaitable
-    return await interrupt.wait(awaitable)

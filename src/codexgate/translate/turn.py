@@ -36,7 +36,7 @@ from codexgate.translate.builder import IdFactory, ReasoningBlob, ResponseBuilde
 from codexgate.translate.catalogue import CUSTOM_INPUT_PARAM, ToolCatalogue
 from codexgate.translate.dialect import ThinkMode
 from codexgate.translate.envelope import Envelope, estimated_usage
-from codexgate.translate.interrupt import INTERRUPT
+from codexgate.translate.interrupt import Interrupt
 from codexgate.translate.stages import (
     Failure,
     Finish,
@@ -109,6 +109,8 @@ class TurnOptions:
     reasoning_blob: ReasoningBlob | None = None  # see ResponseBuilder
     mark_cuts: bool = False  # see ResponseBuilder and translate/cuts.py
     label: str = ""  # who is answering, for log lines (the upstream's name)
+    # The server's way to end this stream early (it is stopping): translate/interrupt.py.
+    interrupt: Interrupt | None = None
 
 
 @dataclass(slots=True)
@@ -327,8 +329,7 @@ class Turn:
         client left) closes the source. `on_end` is awaited last, however the run ended, even
         if the source never started: a backend's cleanup belongs there, not in the source."""
         cap = self._options.max_output_chars
-        # The server's way to end this stream early (it is stopping): translate/interrupt.py.
-        interrupt = INTERRUPT.get()
+        interrupt = self._options.interrupt
         try:
             yield self.start()
             try:

@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from codexgate.backends.base import UNKNOWN, Inbound
+from codexgate.backends.base import UNKNOWN, Inbound, turn_options
 from codexgate.backends.codex.app_server import (
     AppServer,
     AppServerError,
@@ -48,7 +48,8 @@ from codexgate.translate.codex_agent.request import (
     read_agent_ask,
     tool_result,
 )
-from codexgate.translate.turn import Turn, TurnOptions
+from codexgate.translate.dialect import ThinkMode
+from codexgate.translate.turn import Turn
 from codexgate.wire.app_server import (
     COMMAND_APPROVAL,
     FILE_CHANGE_APPROVAL,
@@ -99,7 +100,7 @@ class CodexTarget:
     max_request_seconds: float = 3600.0
     max_output_bytes: int = 8 * 1024 * 1024
     loop_guard: bool = True
-    think_tags: str = "off"
+    think_tags: ThinkMode = "off"
     text_tool_calls: str = "off"
     extra_args: tuple[str, ...] = ()  # more `codex app-server` arguments (`-c key=value`)
 
@@ -210,15 +211,8 @@ class CodexCall:
         cap = target.max_output_bytes
         if self._req.max_output_tokens is not None:
             cap = min(cap, self._req.max_output_tokens * 4)
-        options = TurnOptions(
-            think_tags=target.think_tags,  # type: ignore[arg-type]
-            text_tool_calls=target.text_tool_calls,
-            loop_guard=target.loop_guard,
-            stop=self._req.stop,
-            input_token_estimate=self._inbound.body_size // 4,
-            max_output_chars=cap,
-            label=f"upstream {target.name}",
-        )
+        size, stop = self._inbound.body_size, self._req.stop
+        options = turn_options(target.name, target, input_bytes=size, max_output_chars=cap, stop=stop)
         self._turn = Turn(self._req, self._ask.catalogue, options, counts=self._backend.counts)
         self._reader = AgentReader(self._turn, thread.turn_id)
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
-from codexgate.backends.http import attempts
+from codexgate.backends import scope
 from codexgate.backends.http.transport import Transport, UpstreamResponse, read_capped
 from codexgate.backends.log import clip
 from codexgate.errors import (
@@ -155,7 +155,7 @@ class HttpStream:
     ) -> None:
         self._transport = transport
         self._counts: Counter[str] = Counter() if counts is None else counts
-        self._attempt: attempts.Attempt | None = None  # the attempt that answered, while read
+        self._attempt: scope.Attempt | None = None  # the attempt that answered, while read
         self._target = target
         self._url = target.base_url.rstrip("/") + path
         self._body = body
@@ -198,7 +198,7 @@ class HttpStream:
         target = self._target
         loop = asyncio.get_running_loop()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
-        watcher = attempts.watcher.get()  # None unless traces are on
+        watcher = scope.current().attempts  # None unless traces are on
         attempt = 0
         while True:
             watched = watcher.attempt(target.name, self._url, attempt) if watcher is not None else None
