@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from codexgate.app import build_app
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
 from codexgate.errors import UpstreamConnectError
 from codexgate.translate.responses_upstream.request import unwrap_reasoning
@@ -273,11 +274,11 @@ class FlakyTransport:
     def __init__(self, inner: ASGIUpstreamTransport, failures: int) -> None:
         self.inner, self.failures = inner, failures
 
-    async def open(self, method: str, url: str, *args: Any) -> ASGIUpstreamResponse:
-        if self.failures and url.endswith("/responses"):
+    async def open(self, request: HttpRequest) -> ASGIUpstreamResponse:
+        if self.failures and request.url.endswith("/responses"):
             self.failures -= 1
-            raise UpstreamConnectError(f"cannot reach upstream {url}: connection refused (simulated)")
-        return await self.inner.open(method, url, *args)
+            raise UpstreamConnectError(f"cannot reach upstream {request.url}: connection refused (simulated)")
+        return await self.inner.open(request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

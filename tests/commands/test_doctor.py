@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.cli import main
 from codexgate.commands.doctor.command import write_settings
 from codexgate.commands.doctor.probe import Doctor, Report
@@ -202,10 +203,10 @@ async def test_a_probe_that_gets_no_answer_fails_its_check() -> None:
     from codexgate.errors import UpstreamConnectError
 
     class DiesOnTheUnknownModel(ASGIUpstreamTransport):
-        async def open(self, method: str, url: str, headers: Any, body: Any, connect_timeout: float) -> Any:
-            if body and b"codexgate-doctor-no-such-model" in body:
+        async def open(self, request: HttpRequest) -> Any:
+            if request.body and b"codexgate-doctor-no-such-model" in request.body:
                 raise UpstreamConnectError("the server died")  # no answer at all
-            return await super().open(method, url, headers, body, connect_timeout)
+            return await super().open(request)
 
     report = await Doctor(DiesOnTheUnknownModel(FakeUpstream(server())), BASE, timeout=5).run()
     status, _, details = check(report, "errors")

@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect
 from codexgate.app import build_app
 from codexgate.backends import scope
 from codexgate.backends.http.tap import TappedTransport
-from codexgate.backends.http.transport import UpstreamResponse
+from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
 from codexgate.cli import main
 from codexgate.config import load_settings
 from codexgate.observability.recorder import Recorder, Retention
@@ -345,12 +345,10 @@ class _NoTapTransport(ASGIUpstreamTransport):
 
     opened = 0
 
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, connect_timeout: float
-    ) -> UpstreamResponse:
+    async def open(self, request: HttpRequest) -> UpstreamResponse:
         assert scope.current().tap is None
         type(self).opened += 1
-        return await super().open(method, url, headers, body, connect_timeout)
+        return await super().open(request)
 
 
 async def test_with_recording_off_nothing_is_recorded_or_tapped(

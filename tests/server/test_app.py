@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from codexgate.app import build_app
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
@@ -435,10 +436,10 @@ async def test_discovery_finds_a_local_server_when_none_is_configured() -> None:
     fake = FakeUpstream([text_reply("found you")])
 
     class OnlyOllama(ASGIUpstreamTransport):
-        async def open(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            if not url.startswith("http://127.0.0.1:11434/"):
-                return await ASGIUpstreamTransport(None).open(method, url, *args, **kwargs)
-            return await super().open(method, url, *args, **kwargs)
+        async def open(self, request: HttpRequest) -> Any:
+            if not request.url.startswith("http://127.0.0.1:11434/"):
+                return await ASGIUpstreamTransport(None).open(request)
+            return await super().open(request)
 
     app = build_app(load_settings({}, environ={}), transport=OnlyOllama(fake), environ={})
     async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from codexgate.app import build_app
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
 from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
 from tests.support.asgi_client import StreamingASGITransport
@@ -122,10 +123,10 @@ class _Timed:
         self.inner = inner
         self.times: list[float] = []
 
-    async def open(self, method: str, url: str, headers: Any, body: Any, connect_timeout: float) -> Any:
-        if method == "POST":
+    async def open(self, request: HttpRequest) -> Any:
+        if request.method == "POST":
             self.times.append(asyncio.get_running_loop().time())
-        return await self.inner.open(method, url, headers, body, connect_timeout)
+        return await self.inner.open(request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -14,11 +14,12 @@ production transport raises, so the gateway's error handling is exercised as in 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 
 from ._exchange import (
@@ -117,14 +118,10 @@ class ASGIUpstreamTransport:
         self.opened = 0
         self.responses: list[ASGIUpstreamResponse] = []
 
-    async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
-    ) -> ASGIUpstreamResponse:
+    async def open(self, request: HttpRequest) -> ASGIUpstreamResponse:
+        method, url, headers, body, connect_timeout = (
+            request.method, request.url, request.headers, request.body, request.connect_timeout
+        )
         if self.connect_delay:
             await asyncio.sleep(min(self.connect_delay, connect_timeout))
             if self.connect_delay > connect_timeout:

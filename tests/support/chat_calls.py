@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from codexgate.backends.http.transport import HttpRequest
 from tests.support.asgi_upstream import ASGIUpstreamResponse, ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, Reply
 
@@ -49,7 +50,7 @@ async def open_chat(
     transport: ASGIUpstreamTransport, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> ASGIUpstreamResponse:
     return await transport.open(
-        "POST", UPSTREAM, headers or {"Content-Type": "application/json"}, orjson.dumps(body), 5.0
+        HttpRequest("POST", UPSTREAM, headers or {"Content-Type": "application/json"}, orjson.dumps(body), 5.0)
     )
 
 

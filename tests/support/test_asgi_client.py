@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from codexgate.backends.http.transport import HttpRequest
 from tests.support._exchange import Receive, Scope, Send
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -91,7 +92,7 @@ async def test_client_disconnect_propagates_through_a_proxy_to_the_upstream() ->
     async def proxy(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         body = orjson.dumps(chat_body())
-        response = await upstream_transport.open("POST", UPSTREAM, {}, body, 5.0)
+        response = await upstream_transport.open(HttpRequest("POST", UPSTREAM, {}, body, 5.0))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": []})
 

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 from tests.support._exchange import Receive, Scope, Send
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -72,7 +73,7 @@ async def test_transport_aclose_aborts_open_responses() -> None:
 
 async def test_simulated_connect_failures() -> None:
     with pytest.raises(UpstreamConnectError):
-        await ASGIUpstreamTransport(None).open("POST", UPSTREAM, {}, b"{}", 1.0)
+        await ASGIUpstreamTransport(None).open(HttpRequest("POST", UPSTREAM, {}, b"{}", 1.0))
 
     upstream = FakeUpstream([text_reply("after recovery")])
     transport = ASGIUpstreamTransport(upstream, fail_connect=True)
@@ -86,7 +87,7 @@ async def test_simulated_connect_failures() -> None:
     transport = ASGIUpstreamTransport(upstream, connect_delay=10.0)
     async with asyncio.timeout(TIMEOUT):
         with pytest.raises(UpstreamTimeout):
-            await transport.open("POST", UPSTREAM, {}, b"{}", 0.01)
+            await transport.open(HttpRequest("POST", UPSTREAM, {}, b"{}", 0.01))
 
 
 async def test_app_crash_before_headers_is_a_connect_error() -> None:
@@ -95,7 +96,7 @@ async def test_app_crash_before_headers_is_a_connect_error() -> None:
 
     async with asyncio.timeout(TIMEOUT):
         with pytest.raises(UpstreamConnectError) as caught:
-            await ASGIUpstreamTransport(crashing).open("GET", UPSTREAM, {}, None, 1.0)
+            await ASGIUpstreamTransport(crashing).open(HttpRequest("GET", UPSTREAM, {}, None, 1.0))
     assert isinstance(caught.value.__cause__, ValueError)
 
 
@@ -114,7 +115,7 @@ async def test_slow_reader_back_pressures_the_app() -> None:
 
     transport = ASGIUpstreamTransport(firehose, buffer_chunks=4)
     async with asyncio.timeout(TIMEOUT):
-        response = await transport.open("GET", UPSTREAM, {}, None, 1.0)
+        response = await transport.open(HttpRequest("GET", UPSTREAM, {}, None, 1.0))
         for _ in range(50):
             await asyncio.sleep(0)
         assert sent <= 5 and not finished.is_set()

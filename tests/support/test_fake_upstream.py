@@ -14,6 +14,7 @@ import openai
 import orjson
 import pytest
 
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamResponse, ASGIUpstreamTransport
@@ -217,12 +218,12 @@ async def test_unparseable_body_and_unknown_paths() -> None:
     upstream = FakeUpstream([text_reply("unused")])
     transport = ASGIUpstreamTransport(upstream)
     async with asyncio.timeout(TIMEOUT):
-        response = await transport.open("POST", UPSTREAM, {}, b"{not json", 5.0)
+        response = await transport.open(HttpRequest("POST", UPSTREAM, {}, b"{not json", 5.0))
         assert response.status == 400
         assert "parse" in orjson.loads(await response.read())["error"]["message"]
-        response = await transport.open("POST", "http://upstream.test/v1/nope", {}, b"{}", 5.0)
+        response = await transport.open(HttpRequest("POST", "http://upstream.test/v1/nope", {}, b"{}", 5.0))
         assert response.status == 404
-        response = await transport.open("GET", UPSTREAM, {}, None, 5.0)
+        response = await transport.open(HttpRequest("GET", UPSTREAM, {}, None, 5.0))
         assert response.status == 405
     assert upstream.requests == [] and upstream.remaining == 1
 
@@ -231,7 +232,7 @@ async def test_models_endpoint() -> None:
     upstream = FakeUpstream(models=["alpha", "beta"])
     transport = ASGIUpstreamTransport(upstream)
     async with asyncio.timeout(TIMEOUT):
-        response = await transport.open("GET", "http://upstream.test/v1/models", {}, None, 5.0)
+        response = await transport.open(HttpRequest("GET", "http://upstream.test/v1/models", {}, None, 5.0))
         payload = orjson.loads(await response.read())
     assert payload["object"] == "list"
     assert [(m["id"], m["object"], m["owned_by"]) for m in payload["data"]] == [

@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from codexgate.backends.http.transport import AiohttpTransport
+from codexgate.backends.http.transport import AiohttpTransport, HttpRequest
 from codexgate.errors import UpstreamConnectError
 from tests.support._exchange import Receive, Scope, Send
 from tests.support.chat_calls import TIMEOUT, chat_body, choice_deltas, chunks_of
@@ -56,12 +56,12 @@ async def test_production_transport_sees_the_same_cuts_and_disconnects() -> None
         async with arun_asgi_server(upstream) as base_url, asyncio.timeout(TIMEOUT):
             url = base_url + "/v1/chat/completions"
             body = orjson.dumps(chat_body())
-            response = await transport.open("POST", url, {}, body, 5.0)
+            response = await transport.open(HttpRequest("POST", url, {}, body, 5.0))
             with pytest.raises(UpstreamConnectError):
                 await response.read()
             await response.aclose()
 
-            response = await transport.open("POST", url, {}, body, 5.0)
+            response = await transport.open(HttpRequest("POST", url, {}, body, 5.0))
             await anext(aiter(response.iter_chunks()))
             await response.aclose()
             await upstream.wait_for_disconnects(1)

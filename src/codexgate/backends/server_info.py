@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import orjson
 
-from codexgate.backends.http.transport import Transport, read_capped
+from codexgate.backends.http.transport import HttpRequest, Transport, read_capped
 from codexgate.errors import UpstreamError
 
 log = logging.getLogger("codexgate.backend")
@@ -81,7 +81,7 @@ async def fetch_json_or_why(
         send_headers["content-type"] = "application/json"
     try:
         async with asyncio.timeout(timeout):
-            response = await transport.open(method, url, send_headers, data, timeout)
+            response = await transport.open(HttpRequest(method, url, send_headers, data, timeout))
             try:
                 raw, more = await read_capped(response, _MAX_BODY)
             finally:

@@ -8,7 +8,7 @@ import socket
 import orjson
 import pytest
 
-from codexgate.backends.http.transport import AiohttpTransport, _nodelay_socket
+from codexgate.backends.http.transport import AiohttpTransport, HttpRequest, _nodelay_socket
 from codexgate.errors import UpstreamConnectError
 from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
 from tests.support.servers import arun_asgi_server
@@ -25,11 +25,13 @@ async def test_a_stream_is_read_through_the_pooled_session() -> None:
     try:
         async with arun_asgi_server(FakeUpstream([text_reply("hello there")])) as url:
             response = await transport.open(
-                "POST",
-                url + "/v1/chat/completions",
-                {"content-type": "application/json"},
-                b'{"model":"m","messages":[],"stream":true}',
-                5,
+                HttpRequest(
+                    "POST",
+                    url + "/v1/chat/completions",
+                    {"content-type": "application/json"},
+                    b'{"model":"m","messages":[],"stream":true}',
+                    5,
+                )
             )
             body = b"".join([chunk async for chunk in response.iter_chunks()])
             await response.aclose()
@@ -41,7 +43,7 @@ async def test_a_stream_is_read_through_the_pooled_session() -> None:
 async def test_a_dropped_body_raises_connect_error() -> None:
     transport = AiohttpTransport()
     async with arun_asgi_server(FakeUpstream([cut_reply("partial")])) as url:
-        response = await transport.open("POST", url + "/v1/chat/completions", {}, b'{"stream":true}', 5)
+        response = await transport.open(HttpRequest("POST", url + "/v1/chat/completions", {}, b'{"stream":true}', 5))
         with pytest.raises(UpstreamConnectError):
             async for _ in response.iter_chunks():
                 pass
@@ -55,7 +57,7 @@ async def test_refused_connection_is_a_connect_error() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(UpstreamConnectError):
-        await transport.open("GET", f"http://127.0.0.1:{port}/v1/models", {}, None, 2)
+        await transport.open(HttpRequest("GET", f"http://127.0.0.1:{port}/v1/models", {}, None, 2))
     await transport.aclose()
 
 
@@ -66,9 +68,8 @@ async def test_a_resting_response_reads_nothing_from_its_socket_meanwhile() -> N
     text = "one two three four five six seven eight nine ten"
     try:
         async with arun_asgi_server(FakeUpstream([text_reply(text, delay_between_chunks=0.005)])) as url:
-            response = await transport.open(
-                "POST", url + "/v1/chat/completions", {}, b'{"model":"m","messages":[],"stream":true}', 5
-            )
+            body = b'{"model":"m","messages":[],"stream":true}'
+            response = await transport.open(HttpRequest("POST", url + "/v1/chat/completions", {}, body, 5))
             chunks = aiter(response.iter_chunks())
             first = await anext(chunks)
             connection = response._resp.connection  # type: ignore[attr-defined]

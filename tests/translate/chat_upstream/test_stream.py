@@ -14,6 +14,7 @@ import pytest
 
 from codexgate.backends.chat import ChatBackend
 from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import GatewayError, UpstreamStreamCut
 from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
@@ -741,8 +742,7 @@ class _Transport:
     def __init__(self, data: bytes, size: int | None) -> None:
         self._response = _Response(data, size)
 
-    async def open(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-                   connect_timeout: float) -> _Response:
+    async def open(self, request: HttpRequest) -> _Response:
         return self._response
 
     async def aclose(self) -> None:

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from codexgate.backends import scope
-from codexgate.backends.http.transport import Transport, UpstreamResponse, read_capped
+from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse, read_capped
 from codexgate.backends.log import clip
 from codexgate.errors import (
     Overloaded,
@@ -249,9 +249,9 @@ class HttpStream:
         remaining = self._first_byte_deadline - loop.time()
         try:
             async with asyncio.timeout_at(self._first_byte_deadline):
-                return await self._transport.open(
-                    "POST", self._url, headers, self._body, min(target.connect_timeout, max(remaining, 0.001))
-                )
+                connect_timeout = min(target.connect_timeout, max(remaining, 0.001))
+                request = HttpRequest("POST", self._url, headers, self._body, connect_timeout)
+                return await self._transport.open(request)
         except TimeoutError:
             attempts = f"{attempt + 1} attempts" if attempt else "1 attempt"
             raise UpstreamTimeout(

@@ -12,10 +12,10 @@ reach their upstream through the transport only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from codexgate.backends import scope
-from codexgate.backends.http.transport import Transport, UpstreamResponse
+from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse
 from codexgate.backends.scope import Captured, Tap
 from codexgate.errors import UpstreamError
 
@@ -28,21 +28,14 @@ class TappedTransport:
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
 
-    async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
-    ) -> UpstreamResponse:
+    async def open(self, request: HttpRequest) -> UpstreamResponse:
         tap = scope.current().tap
         if tap is None:
-            return await self.inner.open(method, url, headers, body, connect_timeout)
-        captured = Captured(method, url, dict(headers), body)
+            return await self.inner.open(request)
+        captured = Captured(request.method, request.url, dict(request.headers), request.body)
         tap.captured.append(captured)
         try:
-            response = await self.inner.open(method, url, headers, body, connect_timeout)
+            response = await self.inner.open(request)
         except UpstreamError as exc:
             captured.end, captured.error, captured.error_kind = "error", exc.message, type(exc).__name__
             raise

@@ -11,6 +11,7 @@ import errno
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -57,15 +58,19 @@ async def read_capped(response: UpstreamResponse, limit: int) -> tuple[bytes, bo
     return b"".join(pieces), False
 
 
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """One request to an upstream, as a transport sends it."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    connect_timeout: float  # seconds to connect (the answer's time is the caller's)
+
+
 class Transport(Protocol):
-    async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
-    ) -> UpstreamResponse:
+    async def open(self, request: HttpRequest) -> UpstreamResponse:
         """Send a request and return once the status line and headers are in.
 
         Raises UpstreamConnectError when no connection could be made or it broke before
@@ -170,20 +175,15 @@ class AiohttpTransport:
             )
         return self._session
 
-    async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
-    ) -> UpstreamResponse:
+    async def open(self, request: HttpRequest) -> UpstreamResponse:
         session = self._get_session()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=request.connect_timeout)
         try:
-            resp = await session.request(method, url, headers=dict(headers), data=body, timeout=timeout)
+            resp = await session.request(
+                request.method, request.url, headers=dict(request.headers), data=request.body, timeout=timeout
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise connection_failure(exc, url, connect_timeout) from exc
+            raise connection_failure(exc, request.url, request.connect_timeout) from exc
         return _AiohttpResponse(resp)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
-from codexgate.backends.http.transport import Transport
+from codexgate.backends.http.transport import HttpRequest, Transport
 from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import (
     ContextWindow,
@@ -451,9 +451,9 @@ class Doctor:
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self.headers}
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self.transport.open(
-                    "POST", self.base + "/chat/completions", headers, orjson.dumps(body), self.timeout
-                )
+                url = self.base + "/chat/completions"
+                request = HttpRequest("POST", url, headers, orjson.dumps(body), self.timeout)
+                response = await self.transport.open(request)
                 try:
                     probe.status = response.status
                     if response.status != 200:

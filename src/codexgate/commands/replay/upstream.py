@@ -18,7 +18,7 @@ import orjson
 import uvicorn
 
 from codexgate import errors
-from codexgate.backends.http.transport import UpstreamResponse
+from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
 from codexgate.errors import UpstreamConnectError, UpstreamError
 from codexgate.observability.transcript import decode_body
 
@@ -101,14 +101,8 @@ class ReplayTransport:
         self._stall = stall
         self.sent: list[tuple[str, str, bytes | None]] = []
 
-    async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
-    ) -> UpstreamResponse:
+    async def open(self, request: HttpRequest) -> UpstreamResponse:
+        method, url, body = request.method, request.url, request.body
         path = url[len(self._base) :] if url.startswith(self._base) else url
         self.sent.append((method, path, body))
         answer = self._answers.next(method, path)
