@@ -44,7 +44,8 @@ from codexgate.commands.codex_setup.catalog import (
     codex_base_instructions,
     write_codex_setup,
 )
-from tests.support._exchange import ASGIApp, Message, Receive, Scope, Send
+from codexgate.server.asgi import Message, Receive, Scope, Send
+from tests.support._exchange import ASGIApp
 from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
+from codexgate.server.asgi import Scope
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -23,7 +24,6 @@ from tests.support.fake_upstream import FakeUpstream, cut_reply, error_reply, op
 
 UPSTREAM = "http://upstream.test/v1"
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
-Scope = dict[str, Any]
 
 
 def sse(payload: Any) -> bytes:

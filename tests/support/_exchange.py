@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from codexgate.server.asgi import App, Message, Scope
+
+ASGIApp = App
 
 
 class ClientDisconnected(OSError):

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ._exchange import Receive, Scope, Send
+from codexgate.server.asgi import Receive, Scope, Send
 
 JSON = dict[str, Any]
 

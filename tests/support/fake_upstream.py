@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ._exchange import Message, Receive, Scope, Send
+from codexgate.server.asgi import Message, Receive, Scope, Send
 
 JSON = dict[str, Any]
 

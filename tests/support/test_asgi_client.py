@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from codexgate.backends.http.transport import HttpRequest
-from tests.support._exchange import Receive, Scope, Send
+from codexgate.server.asgi import Receive, Scope, Send
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body

@@ -10,7 +10,7 @@ import pytest
 
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
-from tests.support._exchange import Receive, Scope, Send
+from codexgate.server.asgi import Receive, Scope, Send
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body, open_chat
 from tests.support.fake_upstream import FakeUpstream, stall_reply, text_reply

@@ -13,7 +13,7 @@ import pytest
 
 from codexgate.backends.http.transport import AiohttpTransport, HttpRequest
 from codexgate.errors import UpstreamConnectError
-from tests.support._exchange import Receive, Scope, Send
+from codexgate.server.asgi import Receive, Scope, Send
 from tests.support.chat_calls import TIMEOUT, chat_body, choice_deltas, chunks_of
 from tests.support.fake_upstream import FakeUpstream, cut_reply, stall_reply, text_reply
 from tests.support.servers import arun_asgi_server, run_asgi_server

@@ -24,7 +24,6 @@ import hashlib
 import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from codexgate.backends.base import Backend
 from codexgate.observability.live_turns import Seen, Turn
 from codexgate.redact import Redactor
 from codexgate.routing.router import Router
+from codexgate.server.asgi import App, Receive, Scope, Send
 from codexgate.server.delivery import SSE_HEADERS
 from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
@@ -44,10 +44,7 @@ from codexgate.wire.responses_events import Event
 if TYPE_CHECKING:
     from codexgate.server.app import GatewayApp
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Handler = App
 
 PAGE_PATH = "/ui"  # the one path the guard serves without a key (server/guard.py)
 _NO_STORE = (b"cache-control", b"no-store")

@@ -35,7 +35,8 @@ from codexgate.server.state import ResponseState
 from codexgate.store.base import StoreStats
 
 if TYPE_CHECKING:
-    from codexgate.server.app import GatewayApp, Receive, Scope, Send
+    from codexgate.server.app import GatewayApp
+    from codexgate.server.asgi import Receive, Scope, Send
 
 __all__ = ["OTHER", "BoundedLabel", "Metrics"]
 

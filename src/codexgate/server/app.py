@@ -32,6 +32,7 @@ from codexgate.errors import (
 )
 from codexgate.redact import Redactor
 from codexgate.routing.router import Router
+from codexgate.server.asgi import App, Receive, Scope, Send
 from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
 from codexgate.server.exchange import Exchange
 from codexgate.server.faces.responses import ResponsesFace
@@ -47,10 +48,7 @@ from codexgate.wire.responses import ResponsesRequest
 
 log = logging.getLogger("codexgate.server")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Handler = App
 
 __all__ = ["ClientGone", "GatewayApp", "send_error", "send_json"]
 

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from codexgate.backends.base import Inbound
 from codexgate.errors import GatewayError
 from codexgate.redact import Redactor
+from codexgate.server.asgi import Receive, Send
 from codexgate.server.exchange import Exchange
-from codexgate.server.http_errors import Send, redact_failure, send_json
+from codexgate.server.http_errors import redact_failure, send_json
 from codexgate.wire.responses import ResponsesRequest
 from codexgate.wire.responses_events import FAILED, TERMINAL, Event
 
 log = logging.getLogger("codexgate.server")
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -26,7 +26,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,11 @@ import orjson
 from codexgate.config import ConfigError, read_api_key_configs
 from codexgate.errors import InvalidRequest
 from codexgate.redact import Redactor
+from codexgate.server.asgi import Scope, Send
 from codexgate.server.auth import KeyRing, presented_key, resolve_api_keys
 
 log = logging.getLogger("codexgate.guard")
 
-Scope = dict[str, Any]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Set on the scope by the guard: False when the request may see liveness only (no key given).
 SHOW_DETAILS = "codexgate.show_details"

@@ -5,16 +5,14 @@ upstream text that may echo a secret. After the first byte of a stream an error 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from codexgate.errors import GatewayError, RateLimited, failed_answer
 from codexgate.redact import Redactor
+from codexgate.server.asgi import Send
 from codexgate.wire.responses_events import Event
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 

@@ -28,6 +28,7 @@ from codexgate.backends.base import Call, Inbound
 from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
+from codexgate.server.asgi import Receive, Scope, Send
 from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
 from codexgate.server.http_errors import redact_failure
@@ -41,9 +42,6 @@ from codexgate.wire.responses_events import FAILED, TERMINAL
 
 log = logging.getLogger("codexgate.websocket")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 LIMIT_REACHED = "websocket_connection_limit_reached"
 IN_FLIGHT = "response_in_progress"

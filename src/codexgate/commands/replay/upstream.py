@@ -21,6 +21,7 @@ from codexgate import errors
 from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
 from codexgate.errors import UpstreamConnectError, UpstreamError
 from codexgate.observability.transcript import decode_body
+from codexgate.server.asgi import Receive, Scope, Send
 
 __all__ = ["Answers", "RecordedAnswer", "ReplayTransport", "recorded_answers", "serve_fixture"]
 
@@ -157,9 +158,6 @@ def _not_recorded(method: str, path: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": "not_found", "param": None, "code": None}})
 
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def fixture_app(answers: Answers, base_path: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
