@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 import orjson
 
-from codexgate.backends.http.read_turns import REST, turns
+from codexgate.backends.http.read_scheduler import REST, read_scheduler
 from codexgate.backends.http.stream import DONE, HttpStream, UpstreamTarget, WholeBody, describe_json
 from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog, clip, log
@@ -108,12 +108,12 @@ class HttpCall:
         turn = reader.turn
         http = self._http
         answer = http.payloads()
-        steady = turns()
+        steady = read_scheduler()
         started = False  # the model's first output went out
         try:
             async for payloads in answer:
                 # A started stream takes turns with the others, so that new streams' first
-                # tokens do not wait behind their deltas (backends/http/read_turns.py).
+                # tokens do not wait behind their deltas (backends/http/read_scheduler.py).
                 if started:
                     wait = steady.wait()
                     if wait is not None:

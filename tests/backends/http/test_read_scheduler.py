@@ -7,8 +7,8 @@ from time import perf_counter
 
 import pytest
 
-from codexgate.backends.http import read_turns as turns_module
-from codexgate.backends.http.read_turns import Turns
+from codexgate.backends.http import read_scheduler as scheduler_module
+from codexgate.backends.http.read_scheduler import ReadScheduler
 
 _UNIT = 0.0005  # seconds of work a steady stream does per read
 
@@ -19,7 +19,7 @@ def _work(seconds: float) -> None:
         pass
 
 
-async def _steady(turns: Turns | None, units: list[int], me: int, stop: asyncio.Event) -> None:
+async def _steady(turns: ReadScheduler | None, units: list[int], me: int, stop: asyncio.Event) -> None:
     """A started stream: a read's worth of work, then the next read (one loop pass later)."""
     while not stop.is_set():
         if turns is not None:
@@ -31,7 +31,7 @@ async def _steady(turns: Turns | None, units: list[int], me: int, stop: asyncio.
         await asyncio.sleep(0)
 
 
-async def _units_before_a_new_stream(turns: Turns | None) -> int:
+async def _units_before_a_new_stream(turns: ReadScheduler | None) -> int:
     """How many steady reads run between a new stream's step being scheduled and running."""
     units: list[int] = []
     stop = asyncio.Event()
@@ -49,7 +49,7 @@ async def _units_before_a_new_stream(turns: Turns | None) -> int:
 
 async def test_a_new_streams_step_runs_within_about_a_slice_of_steady_work() -> None:
     without = await _units_before_a_new_stream(None)
-    with_turns = await _units_before_a_new_stream(Turns(asyncio.get_running_loop()))
+    with_turns = await _units_before_a_new_stream(ReadScheduler(asyncio.get_running_loop()))
     # Without turns the step waits for every stream's read of the pass (100 x 0.5 ms); with
     # them for about one slice (2 ms, 4 reads), whatever the batch size has grown to.
     assert without >= 90
@@ -57,7 +57,7 @@ async def test_a_new_streams_step_runs_within_about_a_slice_of_steady_work() -> 
 
 
 async def test_every_steady_stream_gets_its_turns_in_order() -> None:
-    turns = Turns(asyncio.get_running_loop())
+    turns = ReadScheduler(asyncio.get_running_loop())
     units: list[int] = []
     stop = asyncio.Event()
     streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(50)]
@@ -70,7 +70,7 @@ async def test_every_steady_stream_gets_its_turns_in_order() -> None:
 
 
 async def test_a_cancelled_waiter_gives_its_place_to_the_next() -> None:
-    turns = Turns(asyncio.get_running_loop())
+    turns = ReadScheduler(asyncio.get_running_loop())
     assert turns.wait() is None  # opens a slice
     _work(0.003)  # past the slice: the next ones queue
     first, second = turns.wait(), turns.wait()
@@ -79,16 +79,16 @@ async def test_a_cancelled_waiter_gives_its_place_to_the_next() -> None:
     await asyncio.wait_for(second, 1.0)  # woken by the next pass's tick
 
 
-def test_each_loop_has_its_own_turns_and_closed_loops_are_forgotten() -> None:
+def test_each_loop_has_its_own_scheduler_and_closed_loops_are_forgotten() -> None:
     first, again, first_loop = asyncio.run(_turns_twice())
     second, _, _ = asyncio.run(_turns_twice())
     assert first is again
     assert second is not first
-    assert first_loop not in turns_module._by_loop
+    assert first_loop not in scheduler_module._by_loop
 
 
-async def _turns_twice() -> tuple[Turns, Turns, asyncio.AbstractEventLoop]:
-    return turns_module.turns(), turns_module.turns(), asyncio.get_running_loop()
+async def _turns_twice() -> tuple[ReadScheduler, ReadScheduler, asyncio.AbstractEventLoop]:
+    return scheduler_module.read_scheduler(), scheduler_module.read_scheduler(), asyncio.get_running_loop()
 
 
 async def test_crowded_started_streams_rest_between_reads_and_lose_nothing(
@@ -120,15 +120,15 @@ async def test_crowded_started_streams_rest_between_reads_and_lose_nothing(
 
     assert await answers() == [text] * 3
     assert rests == []  # three streams: nobody rests
-    monkeypatch.setattr(turns_module, "REST_ABOVE", 1)
+    monkeypatch.setattr(scheduler_module, "REST_ABOVE", 1)
     assert await answers() == [text] * 3
-    assert rests and set(rests) == {turns_module.REST}
+    assert rests and set(rests) == {scheduler_module.REST}
 
 
 async def test_a_flood_of_new_work_slows_started_streams_but_does_not_stall_them() -> None:
     """Passes made long by new streams' work shrink the batch to its floor: a thirty-second of
     the queue, so every queued stream still gets a turn within 32 passes."""
-    turns = Turns(asyncio.get_running_loop())
+    turns = ReadScheduler(asyncio.get_running_loop())
     units: list[int] = []
     stop = asyncio.Event()
 

@@ -1,4 +1,5 @@
-"""Steady streams take turns, so a new stream's first bytes do not queue behind them.
+"""The order in which streams read their upstreams: steady streams take turns, so a new
+stream's first bytes do not queue behind them.
 
 An event loop runs, in each pass, every callback that became ready during the last one. Under
 load that is every open stream's next upstream read: with 128 streams busy a pass lasts tens of
@@ -27,7 +28,7 @@ import asyncio
 from collections import deque
 from time import perf_counter
 
-__all__ = ["REST", "REST_ABOVE", "Turns", "turns"]
+__all__ = ["REST", "REST_ABOVE", "ReadScheduler", "read_scheduler"]
 
 SLICE = 0.002  # seconds of steady work per pass of the loop, at most, when streams queue
 _MAX_BATCH = 256
@@ -40,7 +41,7 @@ REST_ABOVE = 32
 REST = 0.02
 
 
-class Turns:
+class ReadScheduler:
     """The turns of one event loop's steady streams."""
 
     __slots__ = ("_loop", "_queue", "_slice_end", "_ticking", "_last_tick", "_batch", "_started")
@@ -106,15 +107,20 @@ class Turns:
         self._loop.call_soon(self._tick)
 
 
-_by_loop: dict[asyncio.AbstractEventLoop, Turns] = {}
+# One scheduler per event loop, as asyncio keeps its own state per loop: it orders every stream
+# the loop serves, whichever backend or app started it (a worker process runs one loop; tests
+# run many, one after another).
+# (A scheduler holds its loop, so a weak mapping would keep every loop alive: closed loops are
+# dropped when a new one first asks.)
+_by_loop: dict[asyncio.AbstractEventLoop, ReadScheduler] = {}
 
 
-def turns() -> Turns:
-    """The running loop's turns."""
+def read_scheduler() -> ReadScheduler:
+    """The running loop's scheduler."""
     loop = asyncio.get_running_loop()
     got = _by_loop.get(loop)
     if got is None:
         for old in [old for old in _by_loop if old.is_closed()]:
             del _by_loop[old]
-        got = _by_loop[loop] = Turns(loop)
+        got = _by_loop[loop] = ReadScheduler(loop)
     return got
