@@ -328,7 +328,6 @@ class Turn:
         sequence) is closed, which cancels its upstream request. Closing this generator (the
         client left) closes the source. `on_end` is awaited last, however the run ended, even
         if the source never started: a backend's cleanup belongs there, not in the source."""
-        cap = self._options.max_output_chars
         interrupt = self._options.interrupt
         try:
             yield self.start()
@@ -345,13 +344,7 @@ class Turn:
                     finally:
                         if interrupt is not None:
                             interrupt.waiting = False
-                    if self.failure is not None:
-                        raise self.failure
-                    if cap is not None and self.output_chars > cap and not self.done:
-                        log.info("%s: output passed %d characters; response ended incomplete",
-                                 self._options.label or "upstream", cap)  # fmt: skip
-                        self.truncate()
-                    events = self._builder.take()
+                    events = self._next_batch()
                     if len(events) > 1 and self.output_chars > _SPLIT_BATCHES_ABOVE:
                         for event in events:
                             yield [event]
@@ -362,23 +355,11 @@ class Turn:
                         break
                 if not self.done:
                     raise UpstreamStreamCut("The upstream stopped before the model finished.")
-            except GatewayError as exc:
-                yield self.fail(exc)
-            except asyncio.CancelledError:
-                error = interrupt.claim() if interrupt is not None else None
-                if error is None:
-                    raise  # the client left, or the server gave up: no event can go out
-                yield self.fail(error)
-            except Exception as exc:  # a bug must still end the stream well-formed
-                log.exception("unexpected error while streaming")
-                yield self.fail(GatewayError(f"internal gateway error: {type(exc).__name__}"))
+            except (GatewayError, asyncio.CancelledError, Exception) as exc:
+                yield self._last_batch(exc)
             else:
                 if self._natural_end:
-                    try:
-                        async for _ in source:  # the backend's drain; nothing more goes out
-                            pass
-                    except Exception:  # after the terminal event nothing can be reported
-                        log.debug("error after the end of the response", exc_info=True)
+                    await _drain(source)
         finally:
             try:
                 aclose = getattr(source, "aclose", None)
@@ -387,6 +368,34 @@ class Turn:
             finally:
                 if on_end is not None:
                     await on_end()
+
+    def _next_batch(self) -> list[Event]:
+        """What the source's last feed made. Raises the failure a stage left (the loop guard);
+        past the output cap the response ends `incomplete` first."""
+        if self.failure is not None:
+            raise self.failure
+        cap = self._options.max_output_chars
+        if cap is not None and self.output_chars > cap and not self.done:
+            log.info("%s: output passed %d characters; response ended incomplete",
+                     self._options.label or "upstream", cap)  # fmt: skip
+            self.truncate()
+        return self._builder.take()
+
+    def _last_batch(self, exc: BaseException) -> list[Event]:
+        """The terminal batch for a run that ended with `exc`. Raises the CancelledError again
+        when the cancellation is not the interrupt's (the client left, or the server gave up:
+        no event can go out)."""
+        if isinstance(exc, GatewayError):
+            return self.fail(exc)
+        if isinstance(exc, asyncio.CancelledError):
+            interrupt = self._options.interrupt
+            error = interrupt.claim() if interrupt is not None else None
+            if error is None:
+                raise exc
+            return self.fail(error)
+        # A bug must still end the stream well-formed.
+        log.error("unexpected error while streaming", exc_info=exc)
+        return self.fail(GatewayError(f"internal gateway error: {type(exc).__name__}"))
 
     # -- parts -> the builder
 
@@ -459,3 +468,13 @@ class Turn:
             self._emit(stages.feed(ToolCall(spec, arguments, call.call_id, call.checked)))
         self._calls.clear()
         self._emit(stages.feed(Finish(self._usage, self.output_chars, incomplete)))
+
+
+async def _drain(source: AsyncIterator[object]) -> None:
+    """Read a finished model's source to its end (a backend may drain its connection): nothing
+    more goes out after the terminal event, so nothing of it can be reported."""
+    try:
+        async for _ in source:
+            pass
+    except Exception:
+        log.debug("error after the end of the response", exc_info=True)
