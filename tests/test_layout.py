@@ -15,6 +15,7 @@ FORBIDDEN = {
     "wire": ("translate", "backends", "server", "store", "app", "cli"),
     "translate": ("backends", "server", "store", "app", "cli"),
     "backends": ("server", "store", "app", "cli"),
+    "config": ("backends", "server", "store", "app", "cli", "commands", "observability", "routing"),
     "server": ("backends.chat", "backends.transport", "app", "cli"),
 }
 

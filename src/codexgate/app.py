@@ -27,7 +27,16 @@ from codexgate.backends.http.tap import TappedTransport
 from codexgate.backends.http.transport import AiohttpTransport, Transport
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses import ResponsesBackend
-from codexgate.config import ModelConfig, Settings, UpstreamConfig
+from codexgate.config import (
+    ChatUpstream,
+    CodexUpstream,
+    EmbeddedUpstream,
+    HttpUpstream,
+    ModelConfig,
+    ResponsesUpstream,
+    Settings,
+    UpstreamConfig,
+)
 from codexgate.observability.live_view import install_live_view
 from codexgate.observability.metrics import Metrics
 from codexgate.observability.recorder import Recorder
@@ -59,9 +68,7 @@ log = logging.getLogger("codexgate")
 _REDISCOVER_SECONDS = 5.0
 
 
-def upstream_target(
-    upstream: UpstreamConfig, settings: Settings, environ: Mapping[str, str]
-) -> UpstreamTarget:
+def upstream_target(upstream: HttpUpstream, settings: Settings, environ: Mapping[str, str]) -> UpstreamTarget:
     headers = dict(upstream.headers)
     if upstream.api_key_env:
         key = environ.get(upstream.api_key_env)
@@ -75,7 +82,6 @@ def upstream_target(
             )
     # Credentials in the URL become a Basic header: a URL is printed in logs and error
     # messages, and aiohttp refuses a URL with credentials next to an Authorization header.
-    assert upstream.base_url is not None, "an HTTP upstream has a base_url (config checks it)"
     base_url, user, password = split_url_credentials(upstream.base_url)
     if user is not None or password is not None:
         if any(name.lower() == "authorization" for name in headers):
@@ -83,6 +89,8 @@ def upstream_target(
         else:
             headers["authorization"] = f"Basic {basic_credentials(user or '', password)}"
     dialect = upstream.dialect()
+    # Only the chat backend learns its models' windows, and only a chat upstream says whether to.
+    learn_context_window = upstream.learn_context_window if isinstance(upstream, ChatUpstream) else True
     return UpstreamTarget(
         name=upstream.name,
         base_url=base_url.rstrip("/"),
@@ -94,7 +102,7 @@ def upstream_target(
         retry_backoff=settings.retry_backoff,
         max_retry_wait=settings.max_retry_wait,
         models=tuple(upstream.models),
-        learn_context_window=upstream.learn_context_window,
+        learn_context_window=learn_context_window,
         max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
         max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
     )
@@ -107,6 +115,7 @@ def chat_backend(
     transport: Transport,
     once: OnceLog,
 ) -> ChatBackend:
+    assert isinstance(upstream, ChatUpstream), "the chat kind builds chat upstreams"
     target = upstream_target(upstream, settings, environ)
     return ChatBackend(target, transport, once, history=history_memo(settings))
 
@@ -135,6 +144,7 @@ def responses_backend(
     transport: Transport,
     once: OnceLog,
 ) -> ResponsesBackend:
+    assert isinstance(upstream, ResponsesUpstream), "the responses kind builds responses upstreams"
     target = upstream_target(upstream, settings, environ)
     return ResponsesBackend(target, transport, once, tool_format=upstream.tool_format)
 
@@ -154,6 +164,7 @@ def codex_backend(
     once: OnceLog,
 ) -> CodexBackend:
     """The Codex agent through `codex app-server` (started on first use)."""
+    assert isinstance(upstream, CodexUpstream), "the codex kind builds codex upstreams"
     stages = upstream.model_fields_set  # stages an agent's answer needs only when asked for
     target = CodexTarget(
         name=upstream.name,
@@ -184,6 +195,7 @@ def embedded_backend(
     once: OnceLog,
 ) -> EmbeddedBackend:
     """A model the gateway runs itself (backends/embedded/fallback.py); it starts with the gateway."""
+    assert isinstance(upstream, EmbeddedUpstream), "the embedded kind builds embedded upstreams"
     return build_embedded(upstream, settings, environ, transport, once, history_memo(settings))
 
 
@@ -278,7 +290,7 @@ class _LocalServerFinder:
             return False
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
-        upstream = UpstreamConfig(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
+        upstream = ChatUpstream(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
         backend = build_backend(upstream, self._settings, self._environ, self._transport, self._once)
         if self._fallback is not None:
             log.info("the embedded model stops: %s at %s serves from now on", name, url)
@@ -355,10 +367,11 @@ def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str
     """The upstream credentials this process holds: API keys and URL passwords."""
     found: list[str] = []
     for upstream in settings.all_upstreams():
+        if not isinstance(upstream, HttpUpstream):
+            continue
         if upstream.api_key_env and environ.get(upstream.api_key_env):
             found.append(environ[upstream.api_key_env])
-        if upstream.base_url:
-            found += url_secrets(upstream.base_url)
+        found += url_secrets(upstream.base_url)
     return found
 
 

@@ -18,7 +18,7 @@ from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog
 from codexgate.commands.codex_setup.catalog import ModelSpec
-from codexgate.config import Settings, UpstreamConfig
+from codexgate.config import EmbeddedUpstream, Settings
 from codexgate.translate.history_memo import Memo
 
 __all__ = [
@@ -46,12 +46,12 @@ _TOOLS_NOTE = (
 )
 
 
-def embedded_upstream() -> UpstreamConfig:
+def embedded_upstream() -> EmbeddedUpstream:
     """The upstream `serve` falls back to."""
-    return UpstreamConfig(name="embedded", kind="embedded")
+    return EmbeddedUpstream(name="embedded")
 
 
-def alias_of(upstream: UpstreamConfig) -> str:
+def alias_of(upstream: EmbeddedUpstream) -> str:
     """The model id it serves: `smollm2-135m`, or the name of one's own GGUF file."""
     if upstream.model_path:
         return Path(upstream.model_path).name.removesuffix(".gguf").lower()
@@ -62,7 +62,7 @@ DEFAULT_MAX_TOKENS = 1024
 
 
 def build_embedded(
-    upstream: UpstreamConfig,
+    upstream: EmbeddedUpstream,
     settings: Settings,
     environ: Mapping[str, str],
     transport: Transport,
@@ -89,9 +89,9 @@ def build_embedded(
         base_url="http://127.0.0.1:0/v1",  # the child's port is chosen when it starts
         headers={},
         dialect=replace(dialect, context_window=window, extra_body=extra),
-        connect_timeout=upstream.connect_timeout or settings.connect_timeout,
+        connect_timeout=settings.connect_timeout,
         idle_timeout=upstream.idle_timeout or settings.idle_timeout,
-        max_retries=upstream.max_retries if upstream.max_retries is not None else settings.max_retries,
+        max_retries=settings.max_retries,
         retry_backoff=settings.retry_backoff,
         max_retry_wait=settings.max_retry_wait,
         models=(options.alias,),
@@ -103,7 +103,7 @@ def build_embedded(
     return EmbeddedBackend(template, transport, supervisor, once, history=history)
 
 
-def embedded_spec(upstream: UpstreamConfig, slug: str | None = None) -> ModelSpec:
+def embedded_spec(upstream: EmbeddedUpstream, slug: str | None = None) -> ModelSpec:
     """Codex's catalog entry for the embedded model: its window is known without running it."""
     window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
     own = bool(upstream.model_path)
