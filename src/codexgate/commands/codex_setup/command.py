@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from codexgate.app import upstream_target
 from codexgate.backends.discovery import discover, not_found_message
-from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_spec, embedded_upstream
+from codexgate.backends.embedded.factory import DEFAULT_CONTEXT_WINDOW, alias_of
+from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_upstream
+from codexgate.backends.http.factory import upstream_target
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import ContextWindow, probe_context_window
@@ -99,6 +100,24 @@ def model_specs(settings: Settings, names: list[str] | None, default_window: int
             )
         )
     return specs
+
+
+_TOOLS_NOTE = (
+    "SmolLM2-135M, codexgate's embedded model: a tiny model for trying codexgate. It answers, "
+    "but does not call tools reliably; point codexgate at a real model for work."
+)
+
+
+def embedded_spec(upstream: EmbeddedUpstream, slug: str | None = None) -> ModelSpec:
+    """Codex's catalog entry for the embedded model: its window is known without running it."""
+    window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
+    own = bool(upstream.model_path)
+    return ModelSpec(
+        slug=slug or alias_of(upstream),
+        context_window=window,
+        window_source="the embedded model's configured context" if own else "the embedded model",
+        description=None if own else _TOOLS_NOTE,
+    )
 
 
 def _base_instructions() -> str:
