@@ -29,6 +29,7 @@ from codexgate.redact import Redactor, install_log_redaction, url_secrets
 from codexgate.routing.router import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
+from codexgate.server.delivery import Face
 from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
@@ -339,18 +340,36 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
-        faces={
-            "/responses": ResponsesFace(RequestReader(history_memo(settings))),
-            "/responses/compact": CompactFace(),
-            "/chat/completions": ChatFace(),
-        },
+        faces=faces(settings),
         state=ResponseState(response_store(settings)),
-        socket_limits=SocketLimits(
-            max_connections=settings.websocket_max_connections,
-            max_lifetime=settings.websocket_max_lifetime,
-            max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
-        ),
+        socket_limits=socket_limits(settings),
     )
+    _observe(gateway, settings, recorder, tracing)
+    return gateway
+
+
+def faces(settings: Settings) -> dict[str, Face]:
+    """The faces by route: what a client speaks, read into the canonical request."""
+    return {
+        "/responses": ResponsesFace(RequestReader(history_memo(settings))),
+        "/responses/compact": CompactFace(),
+        "/chat/completions": ChatFace(),
+    }
+
+
+def socket_limits(settings: Settings) -> SocketLimits:
+    """The bounds of the WebSocket mode of /v1/responses."""
+    return SocketLimits(
+        max_connections=settings.websocket_max_connections,
+        max_lifetime=settings.websocket_max_lifetime,
+        max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
+    )
+
+
+def _observe(
+    gateway: GatewayApp, settings: Settings, recorder: Recorder | None, tracing: Tracing | None
+) -> None:
+    """What watches the gateway, as the settings ask: the recorder, the live view, metrics, traces."""
     if recorder is not None:
         gateway.observers.add(recorder)
     if settings.ui:
@@ -359,7 +378,6 @@ def build_app(
         Metrics().install(gateway)
     if tracing is not None:
         gateway.observers.add(tracing)
-    return gateway
 
 
 def traces(settings: Settings) -> Tracing | None:
