@@ -97,3 +97,38 @@ async def test_the_start_does_not_wait_for_an_upstream_that_never_answers(tmp_pa
     assert (await lifespan.startup())["type"] == "lifespan.startup.complete"
     assert loop.time() - started < 0.5  # the probe waits up to 2 s, in the background
     await lifespan.shutdown()  # and is cancelled with the rest
+
+
+def test_every_kind_of_upstream_has_its_backend_and_each_route_gets_its_kind_s_view(tmp_path: Path) -> None:
+    """BACKEND_KINDS is the one table from a kind to its backend: a kind the settings take
+    without a line there would fail at start."""
+    from codexgate.app import BACKEND_KINDS
+    from codexgate.backends.chat import ChatBackend
+    from codexgate.backends.codex.backend import CodexBackend
+    from codexgate.backends.embedded.backend import EmbeddedBackend
+    from codexgate.backends.responses import ResponsesBackend
+    from codexgate.config import UPSTREAM_KINDS
+
+    assert tuple(BACKEND_KINDS) == UPSTREAM_KINDS
+    path = config(
+        tmp_path,
+        'name = "c"\nbase_url = "http://c.test/v1"\ndeveloper_role = "system"',
+        'name = "r"\nkind = "responses"\nbase_url = "http://r.test/v1"',
+        'name = "x"\nkind = "codex"',
+        'name = "e"\nkind = "embedded"',
+    )
+    path.write_text(
+        path.read_text()
+        + "".join(f'[[models]]\nname = "m{u}"\nupstream = "{u}"\nthink_tags = "off"\n' for u in "crxe")
+    )
+    app = build_app(load_settings({}, path, environ={}), transport=ASGIUpstreamTransport(never_answers), environ={})
+    backends = app.router.backends
+    kinds = {name: type(backend) for name, backend in backends.items()}
+    assert kinds == {"c": ChatBackend, "r": ResponsesBackend, "x": CodexBackend, "e": EmbeddedBackend}
+    routes = {name: app.router.resolve(f"m{name}").backend for name in "crxe"}
+    assert routes["x"] is backends["x"]  # the agent takes the model per request
+    for name in "cre":
+        route = routes[name]
+        assert type(route) is kinds[name] and route is not backends[name]
+        assert route.target.dialect.think_tags == "off"  # type: ignore[attr-defined]
+    assert routes["c"].target.dialect.developer_role == "system"  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from codexgate.config import ConfigError, UpstreamConfig, load_settings
+from codexgate.config import UPSTREAM_CLASSES, UPSTREAM_FIELDS, ConfigError, UpstreamConfig, load_settings
 
 
 def test_defaults() -> None:
@@ -73,7 +73,7 @@ def test_missing_config_file() -> None:
 
 
 def test_api_key_comes_from_the_named_environment_variable() -> None:
-    from codexgate.app import upstream_target
+    from codexgate.backends.http.factory import upstream_target
 
     settings = load_settings({"upstream": "http://a/v1", "upstream_api_key_env": "MY_KEY"}, environ={})
     target = upstream_target(settings.all_upstreams()[0], settings, {"MY_KEY": "sk-123"})
@@ -144,13 +144,13 @@ def test_unknown_keys_suggest_the_nearest_known_one(tmp_path: Path, toml: str, s
 def test_the_example_config_loads_and_names_every_setting() -> None:
     """codexgate.example.toml is the reference a user copies: it must load, and it must mention
     every setting there is (commented out or not)."""
-    from codexgate.config import ApiKeyConfig, ModelConfig, Settings, UpstreamConfig
+    from codexgate.config import ApiKeyConfig, ModelConfig, Settings
 
     example = Path(__file__).resolve().parents[1] / "codexgate.example.toml"
     settings = load_settings({}, example, environ={})
     assert settings.upstreams[0].name == "local" and settings.models[0].name == "coder"
     text = example.read_text()
-    for fields in (Settings.model_fields, UpstreamConfig.model_fields, ModelConfig.model_fields,
+    for fields in (Settings.model_fields, UPSTREAM_FIELDS, ModelConfig.model_fields,
                    ApiKeyConfig.model_fields):  # fmt: skip
         missing = [name for name in fields if f"{name} = " not in text and f"[[{name}]]" not in text]
         assert not missing, f"codexgate.example.toml does not mention {missing}"
@@ -176,9 +176,7 @@ def _switched_on(text: str) -> str:
 
 
 def _accepted(kind: str) -> set[str]:
-    from codexgate.config import _KIND_FIELDS
-
-    return {name for name in UpstreamConfig.model_fields if kind in _KIND_FIELDS.get(name, {kind})}
+    return set(UPSTREAM_CLASSES[kind].model_fields)
 
 
 def test_every_setting_the_example_documents_is_accepted_where_it_stands(tmp_path: Path) -> None:
@@ -215,11 +213,12 @@ def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
     # silently keep its default. context_window is a model's, or an embedded upstream's.
     import dataclasses
 
-    from codexgate.config import DIALECT_FIELDS, ModelConfig, UpstreamConfig
+    from codexgate.config import DIALECT_FIELDS, ChatUpstream, EmbeddedUpstream, ModelConfig
     from codexgate.translate.dialect import ChatDialect
 
-    assert DIALECT_FIELDS <= set(UpstreamConfig.model_fields)
-    upstream = UpstreamConfig(
+    assert DIALECT_FIELDS - {"context_window"} <= set(ChatUpstream.model_fields)
+    assert "context_window" in EmbeddedUpstream.model_fields
+    upstream = ChatUpstream(
         name="u", base_url="http://127.0.0.1:8000/v1", developer_role="system", think_tags="off",
         loop_guard=False, max_tokens_field="max_completion_tokens", extra_body={"a": 1, "b": 1},
     )
@@ -237,13 +236,19 @@ def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
 def test_an_upstream_kind_other_than_chat_is_refused() -> None:
     from pydantic import ValidationError
 
-    from codexgate.config import UpstreamConfig
+    from codexgate.config import ChatUpstream, CodexUpstream, parse_upstream
 
     with pytest.raises(ValidationError):
-        UpstreamConfig(name="u", base_url="http://127.0.0.1:8000/v1", kind="codex")  # type: ignore[arg-type]
+        ChatUpstream(name="u", base_url="http://127.0.0.1:8000/v1", kind="codex")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="base_url applies to upstreams of kind chat or responses"):
+        CodexUpstream(name="u", base_url="http://127.0.0.1:8000/v1")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="base_url applies"):
+        parse_upstream({"name": "u", "base_url": "http://127.0.0.1:8000/v1", "kind": "codex"})
 
 
 def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp_path: Path) -> None:
+    from codexgate.config import CodexUpstream, ResponsesUpstream
+
     def load(upstream: str) -> list[UpstreamConfig]:
         config = tmp_path / "c.toml"
         config.write_text(f"[[upstreams]]\n{upstream}\n")
@@ -252,12 +257,11 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
     codex = 'name = "agent"\nkind = "codex"\nsandbox = "workspace-write"\napproval = "on-request"'
     responses = 'name = "oa"\nkind = "responses"\nbase_url = "https://api.openai.com/v1"\ntool_format = "native"'
     [agent] = load(codex)
-    assert (agent.kind, agent.base_url, agent.sandbox, agent.approval) == (
-        "codex", None, "workspace-write", "on-request"
-    )
+    assert isinstance(agent, CodexUpstream) and not hasattr(agent, "base_url")
+    assert (agent.kind, agent.sandbox, agent.approval) == ("codex", "workspace-write", "on-request")
     assert agent.approval_answer == "decline" and agent.codex_bin == "codex"
     [oa] = load(responses)
-    assert (oa.kind, oa.tool_format) == ("responses", "native")
+    assert isinstance(oa, ResponsesUpstream) and (oa.kind, oa.tool_format) == ("responses", "native")
     for bad, named in [
         (codex + '\nbase_url = "http://127.0.0.1:1/v1"', "base_url applies to upstreams of kind chat or responses"),
         (codex + '\ndeveloper_role = "system"', "developer_role applies to upstreams of kind chat"),
@@ -273,8 +277,9 @@ def _numeric_fields() -> list[tuple[str, str, object]]:
     from codexgate.config import ModelConfig, Settings
 
     found = []
-    for table, model in (("settings", Settings), ("upstreams", UpstreamConfig), ("models", ModelConfig)):
-        for name, field in model.model_fields.items():
+    tables = (("settings", Settings.model_fields), ("upstreams", UPSTREAM_FIELDS), ("models", ModelConfig.model_fields))
+    for table, fields in tables:
+        for name, field in fields.items():
             if field.annotation in (int, float, int | None, float | None):
                 found.append((table, name, field))
     return found
@@ -355,3 +360,62 @@ def test_a_global_setting_inside_an_upstream_says_it_is_global(tmp_path: Path) -
         load_settings({}, config, environ={})
     assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in str(info.value)
     assert "history_cache_mb is set at the top level of the file" in str(info.value)
+
+
+def test_an_upstream_that_names_no_kind_is_a_chat_upstream_and_each_kind_is_its_own_model() -> None:
+    import typing
+
+    from codexgate.config import UPSTREAM_KINDS, ChatUpstream, UpstreamKind, parse_upstream
+
+    assert UPSTREAM_KINDS == typing.get_args(UpstreamKind) == tuple(UPSTREAM_CLASSES)
+    bare = parse_upstream({"name": "a", "base_url": "http://a/v1"})
+    assert isinstance(bare, ChatUpstream) and bare.kind == "chat" and "kind" not in bare.model_fields_set
+    tables = {
+        "chat": {"base_url": "http://a/v1"},
+        "responses": {"base_url": "http://a/v1"},
+        "codex": {},
+        "embedded": {},
+    }
+    for kind, cls in UPSTREAM_CLASSES.items():
+        upstream = parse_upstream({"name": kind, "kind": kind, **tables[kind]})
+        assert type(upstream) is cls and upstream.kind == kind == cls.model_fields["kind"].default
+
+
+@pytest.mark.parametrize(
+    "table,fragment",
+    [
+        ('name = "agent"\nkind = "codex"\nmax_threads = 0',
+         "upstreams[0].max_threads = 0 (upstream 'agent', in {file}): must be greater than 0"),
+        ('name = "r"\nkind = "responses"',
+         "upstreams[0].base_url (upstream 'r', in {file}): an upstream of kind 'responses' needs a base_url"),
+        ('name = "e"\nkind = "embedded"\nextra_body = { top_k = 20 }\ntool_format = "native"',
+         "upstreams[0].tool_format (upstream 'e', in {file}): tool_format applies to upstreams of kind "
+         "responses, not 'embedded'"),
+        ('name = "c"\nbase_url = "http://a/v1"\nextra_boddy = {}',
+         "upstreams[0].extra_boddy (upstream 'c', in {file}): unknown setting; did you mean 'extra_body'?"),
+        ('name = "c"\nkind = "codex"\ntext_tool_calls = "yaml"',
+         "upstreams[0].text_tool_calls (upstream 'c', in {file}): text_tool_calls must be one of"),
+    ],
+)
+def test_an_error_inside_an_upstream_of_any_kind_names_it_as_written(tmp_path: Path, table: str, fragment: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f"[[upstreams]]\n{table}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert fragment.format(file=config) in str(info.value)
+
+
+def test_an_upstream_that_is_not_a_table_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('upstreams = ["http://a/v1"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    assert f"upstreams[0] = 'http://a/v1' (in {config}): must be a valid dictionary" in str(info.value)
+
+
+def test_the_single_upstream_flag_is_a_chat_upstream() -> None:
+    from codexgate.config import ChatUpstream
+
+    settings = load_settings({"upstream": "http://a/v1"}, environ={})
+    [upstream] = settings.all_upstreams()
+    assert isinstance(upstream, ChatUpstream) and upstream.name == "default"

@@ -9,7 +9,7 @@ import pytest
 
 from codexgate.cli import _settings_from, build_parser
 from codexgate.config import TABLE_SETTINGS, Settings
-from codexgate.flags import HELP, SETUP_SETTINGS, scalar_settings
+from codexgate.config.flags import HELP, SETUP_SETTINGS, scalar_settings
 
 
 def _subcommand(name: str) -> argparse.ArgumentParser:

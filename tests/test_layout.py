@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "codexgate"
 FORBIDDEN = {
     "wire": ("translate", "backends", "server", "store", "app", "cli"),
     "translate": ("backends", "server", "store", "app", "cli"),
-    "backends": ("server", "store", "app", "cli"),
+    "backends": ("server", "store", "app", "cli", "commands"),
+    "config": ("backends", "server", "store", "app", "cli", "commands", "observability", "routing"),
     "server": ("backends.chat", "backends.transport", "app", "cli"),
 }
 

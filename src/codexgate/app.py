@@ -1,4 +1,5 @@
-"""Builds the gateway from settings: upstreams, routes, the transport and the ASGI app."""
+"""Builds the gateway from settings: upstreams (a backend per kind, BACKEND_KINDS), routes, the
+transport and the ASGI app."""
 
 from __future__ import annotations
 
@@ -7,40 +8,28 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from codexgate.backends.base import Backend
-from codexgate.backends.chat import ChatBackend
-from codexgate.backends.codex.backend import CodexBackend, CodexTarget
+from codexgate.backends.codex.factory import CODEX
 from codexgate.backends.discovery import LOCAL_SERVERS, discover
 from codexgate.backends.embedded.backend import EmbeddedBackend
-from codexgate.backends.embedded.fallback import (
-    FALLBACK_NOTE,
-    EmbeddedFallback,
-    build_embedded,
-    embedded_upstream,
-)
-from codexgate.backends.http.stream import UpstreamTarget
+from codexgate.backends.embedded.factory import EMBEDDED, build_embedded
+from codexgate.backends.embedded.fallback import FALLBACK_NOTE, EmbeddedFallback, embedded_upstream
+from codexgate.backends.http.factory import CHAT, RESPONSES
 from codexgate.backends.http.tap import TappedTransport
 from codexgate.backends.http.transport import AiohttpTransport, Transport
 from codexgate.backends.log import OnceLog
-from codexgate.backends.responses import ResponsesBackend
-from codexgate.config import ModelConfig, Settings, UpstreamConfig
+from codexgate.config import ChatUpstream, HttpUpstream, ModelConfig, Settings, UpstreamConfig
 from codexgate.observability.live_view import install_live_view
 from codexgate.observability.metrics import Metrics
 from codexgate.observability.recorder import Recorder
-from codexgate.redact import (
-    Redactor,
-    basic_credentials,
-    install_log_redaction,
-    split_url_credentials,
-    url_secrets,
-)
+from codexgate.redact import Redactor, install_log_redaction, url_secrets
 from codexgate.routing.router import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
+from codexgate.server.delivery import Face
 from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
@@ -59,56 +48,32 @@ log = logging.getLogger("codexgate")
 _REDISCOVER_SECONDS = 5.0
 
 
-def upstream_target(
-    upstream: UpstreamConfig, settings: Settings, environ: Mapping[str, str]
-) -> UpstreamTarget:
-    headers = dict(upstream.headers)
-    if upstream.api_key_env:
-        key = environ.get(upstream.api_key_env)
-        if key:
-            headers.setdefault("authorization", f"Bearer {key}")
-        else:
-            log.warning(
-                "upstream %s: environment variable %s is not set; sending no key",
-                upstream.name,
-                upstream.api_key_env,
-            )
-    # Credentials in the URL become a Basic header: a URL is printed in logs and error
-    # messages, and aiohttp refuses a URL with credentials next to an Authorization header.
-    assert upstream.base_url is not None, "an HTTP upstream has a base_url (config checks it)"
-    base_url, user, password = split_url_credentials(upstream.base_url)
-    if user is not None or password is not None:
-        if any(name.lower() == "authorization" for name in headers):
-            log.warning("upstream %s: the credentials in its URL are not sent, its API key is", upstream.name)
-        else:
-            headers["authorization"] = f"Basic {basic_credentials(user or '', password)}"
-    dialect = upstream.dialect()
-    return UpstreamTarget(
-        name=upstream.name,
-        base_url=base_url.rstrip("/"),
-        headers=headers,
-        dialect=dialect,
-        connect_timeout=upstream.connect_timeout or settings.connect_timeout,
-        idle_timeout=upstream.idle_timeout or settings.idle_timeout,
-        max_retries=upstream.max_retries if upstream.max_retries is not None else settings.max_retries,
-        retry_backoff=settings.retry_backoff,
-        max_retry_wait=settings.max_retry_wait,
-        models=tuple(upstream.models),
-        learn_context_window=upstream.learn_context_window,
-        max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
-        max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
-    )
+class BackendKind(Protocol):
+    """One kind of upstream, from its settings to a backend (`build`), and to the view of that
+    backend one model route has (`for_route`: the model's own settings layered on). Each kind's
+    lives beside its backend: backends/http/factory.py, backends/codex/factory.py,
+    backends/embedded/factory.py."""
+
+    def build(
+        self,
+        upstream: UpstreamConfig,
+        settings: Settings,
+        environ: Mapping[str, str],
+        transport: Transport,
+        once: OnceLog,
+        history: Memo[Any] | None,
+    ) -> Backend: ...
+
+    def for_route(self, backend: Backend, model: ModelConfig) -> Backend: ...
 
 
-def chat_backend(
-    upstream: UpstreamConfig,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-) -> ChatBackend:
-    target = upstream_target(upstream, settings, environ)
-    return ChatBackend(target, transport, once, history=history_memo(settings))
+# One line per kind of upstream (config.UpstreamKind; its settings: config/upstreams.py).
+BACKEND_KINDS: Mapping[str, BackendKind] = {
+    "chat": CHAT,
+    "responses": RESPONSES,
+    "codex": CODEX,
+    "embedded": EMBEDDED,
+}
 
 
 def history_memo(settings: Settings) -> Memo[Any] | None:
@@ -119,101 +84,6 @@ def history_memo(settings: Settings) -> Memo[Any] | None:
     return Memo(budget, min_weight=settings.history_cache_min_kb * 1024) if budget > 0 else None
 
 
-def model_backend(upstream: Backend, model: ModelConfig) -> ChatBackend:
-    """The upstream's backend with the model's own settings layered on its dialect."""
-    assert isinstance(upstream, ChatBackend), "routes of a chat upstream"
-    target = replace(upstream.target, dialect=model.dialect_for(upstream.target.dialect))
-    return ChatBackend(
-        target, upstream.transport, upstream.once, upstream.counts, upstream.windows, upstream.history
-    )
-
-
-def responses_backend(
-    upstream: UpstreamConfig,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-) -> ResponsesBackend:
-    target = upstream_target(upstream, settings, environ)
-    return ResponsesBackend(target, transport, once, tool_format=upstream.tool_format)
-
-
-def responses_model_backend(upstream: Backend, model: ModelConfig) -> ResponsesBackend:
-    """The Responses upstream's backend with the model's own settings layered on its dialect."""
-    assert isinstance(upstream, ResponsesBackend), "routes of a responses upstream"
-    target = replace(upstream.target, dialect=model.dialect_for(upstream.target.dialect))
-    return ResponsesBackend(target, upstream.transport, upstream.once, upstream.counts, upstream.tool_format)
-
-
-def codex_backend(
-    upstream: UpstreamConfig,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-) -> CodexBackend:
-    """The Codex agent through `codex app-server` (started on first use)."""
-    stages = upstream.model_fields_set  # stages an agent's answer needs only when asked for
-    target = CodexTarget(
-        name=upstream.name,
-        codex_bin=upstream.codex_bin,
-        codex_home=upstream.codex_home,
-        workdir=os.path.abspath(os.path.expanduser(upstream.workdir or os.getcwd())),
-        sandbox=upstream.sandbox,
-        approval=upstream.approval,
-        approval_answer=upstream.approval_answer,
-        tool_result_timeout=upstream.tool_result_timeout,
-        max_threads=upstream.max_threads,
-        models=tuple(upstream.models),
-        idle_timeout=upstream.idle_timeout or settings.idle_timeout,
-        max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
-        max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
-        loop_guard=upstream.loop_guard,
-        think_tags=upstream.think_tags if "think_tags" in stages else "off",
-        text_tool_calls=upstream.text_tool_calls if "text_tool_calls" in stages else "off",
-    )
-    return CodexBackend(target, environ)
-
-
-def embedded_backend(
-    upstream: UpstreamConfig,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-) -> EmbeddedBackend:
-    """A model the gateway runs itself (backends/embedded/fallback.py); it starts with the gateway."""
-    return build_embedded(upstream, settings, environ, transport, once, history_memo(settings))
-
-
-def embedded_model_backend(upstream: Backend, model: ModelConfig) -> EmbeddedBackend:
-    assert isinstance(upstream, EmbeddedBackend), "routes of an embedded upstream"
-    return upstream.for_route(model.dialect_for(upstream.target.dialect))
-
-
-def same_backend(upstream: Backend, model: ModelConfig) -> Backend:
-    """Routes of an upstream that takes the model per request share its backend."""
-    return upstream
-
-
-@dataclass(frozen=True, slots=True)
-class _Kind:
-    """How to build the backend of one kind of upstream, and its routes."""
-
-    build: Callable[[UpstreamConfig, Settings, Mapping[str, str], Transport, OnceLog], Backend]
-    for_model: Callable[[Backend, ModelConfig], Backend]
-
-
-# One line per kind of upstream (config.UpstreamKind).
-BACKEND_KINDS: dict[str, _Kind] = {
-    "chat": _Kind(chat_backend, model_backend),
-    "responses": _Kind(responses_backend, responses_model_backend),
-    "codex": _Kind(codex_backend, same_backend),
-    "embedded": _Kind(embedded_backend, embedded_model_backend),
-}
-
-
 def build_backend(
     upstream: UpstreamConfig,
     settings: Settings,
@@ -221,7 +91,26 @@ def build_backend(
     transport: Transport,
     once: OnceLog,
 ) -> Backend:
-    return BACKEND_KINDS[upstream.kind].build(upstream, settings, environ, transport, once)
+    """The upstream's backend, by its kind, with a memory of its own for conversations."""
+    kind = BACKEND_KINDS[upstream.kind]
+    return kind.build(upstream, settings, environ, transport, once, history_memo(settings))
+
+
+def build_router(
+    settings: Settings, environ: Mapping[str, str], transport: Transport, once: OnceLog
+) -> Router[Backend]:
+    """A backend per configured upstream, and each model route's view of its upstream's."""
+    router: Router[Backend] = Router()
+    kinds: dict[str, BackendKind] = {}
+    for upstream in settings.all_upstreams():
+        router.backends[upstream.name] = build_backend(upstream, settings, environ, transport, once)
+        kinds[upstream.name] = BACKEND_KINDS[upstream.kind]
+    for model in settings.models:
+        name = model.upstream or next(iter(router.backends))
+        router.add_model(model, kinds[name].for_route(router.backends[name], model))
+    if settings.discover:
+        router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
+    return router
 
 
 class _LocalServerFinder:
@@ -261,7 +150,8 @@ class _LocalServerFinder:
             return
         if self._settings.embedded:
             upstream = embedded_upstream()
-            backend = embedded_backend(upstream, self._settings, self._environ, self._transport, self._once)
+            settings, history = self._settings, history_memo(self._settings)
+            backend = build_embedded(upstream, settings, self._environ, self._transport, self._once, history)
             self._router.backends[upstream.name] = backend
             self._fallback = EmbeddedFallback(backend, self._probe)
             self._fallback.start()
@@ -278,7 +168,7 @@ class _LocalServerFinder:
             return False
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
-        upstream = UpstreamConfig(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
+        upstream = ChatUpstream(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
         backend = build_backend(upstream, self._settings, self._environ, self._transport, self._once)
         if self._fallback is not None:
             log.info("the embedded model stops: %s at %s serves from now on", name, url)
@@ -355,10 +245,11 @@ def upstream_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str
     """The upstream credentials this process holds: API keys and URL passwords."""
     found: list[str] = []
     for upstream in settings.all_upstreams():
+        if not isinstance(upstream, HttpUpstream):
+            continue
         if upstream.api_key_env and environ.get(upstream.api_key_env):
             found.append(environ[upstream.api_key_env])
-        if upstream.base_url:
-            found += url_secrets(upstream.base_url)
+        found += url_secrets(upstream.base_url)
     return found
 
 
@@ -432,17 +323,7 @@ def build_app(
     if recorder is not None:
         transport = TappedTransport(transport)  # only then does a request pass the tap
     once = OnceLog()
-    router: Router[Backend] = Router()
-    kinds: dict[str, _Kind] = {}
-    for upstream in settings.all_upstreams():
-        router.backends[upstream.name] = build_backend(upstream, settings, environ, transport, once)
-        kinds[upstream.name] = BACKEND_KINDS[upstream.kind]
-    for model in settings.models:
-        name = model.upstream or next(iter(router.backends))
-        router.add_model(model, kinds[name].for_model(router.backends[name], model))
-    if settings.discover:
-        router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
-
+    router = build_router(settings, environ, transport, once)
     finder, on_startup, on_shutdown = _lifespan(settings, router, transport, once, environ, redactor)
     if recorder is not None:
         on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
@@ -459,18 +340,36 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
-        faces={
-            "/responses": ResponsesFace(RequestReader(history_memo(settings))),
-            "/responses/compact": CompactFace(),
-            "/chat/completions": ChatFace(),
-        },
+        faces=faces(settings),
         state=ResponseState(response_store(settings)),
-        socket_limits=SocketLimits(
-            max_connections=settings.websocket_max_connections,
-            max_lifetime=settings.websocket_max_lifetime,
-            max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
-        ),
+        socket_limits=socket_limits(settings),
     )
+    _observe(gateway, settings, recorder, tracing)
+    return gateway
+
+
+def faces(settings: Settings) -> dict[str, Face]:
+    """The faces by route: what a client speaks, read into the canonical request."""
+    return {
+        "/responses": ResponsesFace(RequestReader(history_memo(settings))),
+        "/responses/compact": CompactFace(),
+        "/chat/completions": ChatFace(),
+    }
+
+
+def socket_limits(settings: Settings) -> SocketLimits:
+    """The bounds of the WebSocket mode of /v1/responses."""
+    return SocketLimits(
+        max_connections=settings.websocket_max_connections,
+        max_lifetime=settings.websocket_max_lifetime,
+        max_memory=int(settings.websocket_max_memory_mb * 1024 * 1024),
+    )
+
+
+def _observe(
+    gateway: GatewayApp, settings: Settings, recorder: Recorder | None, tracing: Tracing | None
+) -> None:
+    """What watches the gateway, as the settings ask: the recorder, the live view, metrics, traces."""
     if recorder is not None:
         gateway.observers.add(recorder)
     if settings.ui:
@@ -479,7 +378,6 @@ def build_app(
         Metrics().install(gateway)
     if tracing is not None:
         gateway.observers.add(tracing)
-    return gateway
 
 
 def traces(settings: Settings) -> Tracing | None:

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 from codexgate import __version__
 from codexgate.config import ENV_PREFIX, ConfigError, Settings, load_settings, resolve_config_file
-from codexgate.flags import SETUP_SETTINGS, add_config_flag, add_setting_flags
+from codexgate.config.flags import SETUP_SETTINGS, add_config_flag, add_setting_flags
 from codexgate.server.workers import check_address, usable_cores
 
 log = logging.getLogger("codexgate")

@@ -37,7 +37,7 @@ import orjson
 from codexgate import __version__
 from codexgate.backends import scope
 from codexgate.backends.scope import Captured, Tap
-from codexgate.config import Settings
+from codexgate.config import HttpUpstream, Settings
 from codexgate.observability.transcript import (
     CREDENTIAL_HEADER,
     FORMAT_VERSION,
@@ -122,6 +122,7 @@ class Recorder(Observer):
         extra = tuple(
             value
             for upstream in upstreams
+            if isinstance(upstream, HttpUpstream)
             for name, value in upstream.headers.items()
             if CREDENTIAL_HEADER.search(name)
         )

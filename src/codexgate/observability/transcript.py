@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from codexgate.backends.scope import Captured
-from codexgate.config import Settings, UpstreamConfig
+from codexgate.config import HttpUpstream, Settings, UpstreamConfig
 from codexgate.redact import MASK, split_url_credentials
 
 __all__ = ["CREDENTIAL_HEADER", "FORMAT_VERSION", "captured_exchange", "clean_headers", "decode_body",
@@ -38,9 +38,9 @@ def describe_upstream(upstream: UpstreamConfig, settings: Settings) -> dict[str,
     removed, credential header values masked), the model routes to it, and the gateway's
     settings that shape a turn."""
     config = upstream.model_dump(mode="json", exclude_unset=True)
-    if upstream.base_url:
+    if isinstance(upstream, HttpUpstream):
         config["base_url"] = split_url_credentials(upstream.base_url)[0].rstrip("/")
-    if upstream.headers:
+    if isinstance(upstream, HttpUpstream) and upstream.headers:
         config["headers"] = {
             name: MASK if CREDENTIAL_HEADER.search(name) else value
             for name, value in upstream.headers.items()

@@ -22,7 +22,7 @@ from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from codexgate.config import ConfigError, Settings
+from codexgate.config import CodexUpstream, ConfigError, HttpUpstream, Settings
 from codexgate.redact import RedactingFilter, Redactor, redact_url
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import ENV_KEYS
@@ -215,8 +215,11 @@ def redact_handlers(redactor: Redactor) -> None:
 def log_startup(settings: Settings, app: GatewayApp) -> None:
     """What the gateway serves, with no secret in it: URL credentials masked, keys by name."""
     for upstream in settings.all_upstreams():
-        where = redact_url(upstream.base_url) if upstream.base_url else f"{upstream.codex_bin} app-server"
-        if upstream.kind == "embedded":
+        if isinstance(upstream, HttpUpstream):
+            where = redact_url(upstream.base_url)
+        elif isinstance(upstream, CodexUpstream):
+            where = f"{upstream.codex_bin} app-server"
+        else:  # embedded
             where = f"llama-server run by the gateway ({upstream.model_path or 'SmolLM2-135M'})"
         log.info("upstream %s (%s): %s", upstream.name, upstream.kind, where)
     if app.guard is not None and app.guard.keys:

@@ -29,7 +29,7 @@ from codexgate.backends.embedded.runtime import cpu_problem, find_runtime, runti
 from codexgate.backends.embedded.supervisor import LlamaOptions, LlamaSupervisor
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.cli import main
-from codexgate.config import ConfigError, load_settings
+from codexgate.config import ConfigError, EmbeddedUpstream, load_settings
 from codexgate.errors import NoUpstream
 from tests.support.fake_llama_server import fake_llama_executable, fake_runtime
 from tests.support.fake_upstream import FakeUpstream, text_reply
@@ -295,7 +295,7 @@ async def test_a_configured_embedded_upstream_runs_its_own_gguf_with_its_setting
 
 def test_embedded_settings_belong_to_embedded_upstreams() -> None:
     settings = load_settings({"upstreams": [{"name": "e", "kind": "embedded"}]}, environ={})
-    assert settings.upstreams[0].base_url is None and settings.embedded
+    assert isinstance(settings.upstreams[0], EmbeddedUpstream) and settings.embedded
     assert load_settings({}, environ={"CODEXGATE_EMBEDDED": "false"}).embedded is False
     assert load_settings({}, environ={"CODEXGATE_LLAMA_DIR": "/x"}).llama_dir == "/x"
     with pytest.raises(ConfigError, match="model_path applies to upstreams of kind embedded"):

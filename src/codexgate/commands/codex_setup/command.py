@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from codexgate.app import upstream_target
 from codexgate.backends.discovery import discover, not_found_message
-from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_spec, embedded_upstream
+from codexgate.backends.embedded.factory import DEFAULT_CONTEXT_WINDOW, alias_of
+from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_upstream
+from codexgate.backends.http.factory import upstream_target
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import ContextWindow, probe_context_window
@@ -26,7 +27,7 @@ from codexgate.commands.codex_setup.catalog import (
     write_codex_setup,
 )
 from codexgate.commands.doctor.probe import MIN_WINDOW
-from codexgate.config import ConfigError, Settings
+from codexgate.config import ConfigError, EmbeddedUpstream, HttpUpstream, Settings, UpstreamConfig
 from codexgate.server.auth import ENV_KEYS
 
 _PROBE_TIMEOUT = 5.0
@@ -42,7 +43,7 @@ async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str]
     try:
         listed: list[str] = []
         if not names and not routed and len(upstreams) == 1:
-            target = upstream_target(next(iter(upstreams.values())), settings, os.environ)
+            target = upstream_target(_reached_over_http(next(iter(upstreams.values()))), settings, os.environ)
             listing = await list_models(transport, target.base_url, target.headers, target.connect_timeout)
             problem = listing.problem()
             if problem is not None:
@@ -58,7 +59,7 @@ async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str]
             upstream = upstream or (next(iter(upstreams.values())) if len(upstreams) == 1 else None)
             if upstream is None:
                 continue
-            target = upstream_target(upstream, settings, os.environ)
+            target = upstream_target(_reached_over_http(upstream), settings, os.environ)
             model = (route.model if route else None) or name
             probes[name] = probe_context_window(
                 transport, target.base_url, target.headers, model, _PROBE_TIMEOUT
@@ -67,6 +68,12 @@ async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str]
         return chosen, {n: w for n, w in zip(probes, found, strict=True) if w is not None}
     finally:
         await transport.aclose()
+
+
+def _reached_over_http(upstream: UpstreamConfig) -> HttpUpstream:
+    """The upstream to ask for its models, which only one reached over HTTP answers."""
+    assert isinstance(upstream, HttpUpstream), "an HTTP upstream has a base_url"
+    return upstream
 
 
 def model_specs(settings: Settings, names: list[str] | None, default_window: int | None) -> list[ModelSpec]:
@@ -93,6 +100,24 @@ def model_specs(settings: Settings, names: list[str] | None, default_window: int
             )
         )
     return specs
+
+
+_TOOLS_NOTE = (
+    "SmolLM2-135M, codexgate's embedded model: a tiny model for trying codexgate. It answers, "
+    "but does not call tools reliably; point codexgate at a real model for work."
+)
+
+
+def embedded_spec(upstream: EmbeddedUpstream, slug: str | None = None) -> ModelSpec:
+    """Codex's catalog entry for the embedded model: its window is known without running it."""
+    window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
+    own = bool(upstream.model_path)
+    return ModelSpec(
+        slug=slug or alias_of(upstream),
+        context_window=window,
+        window_source="the embedded model's configured context" if own else "the embedded model",
+        description=None if own else _TOOLS_NOTE,
+    )
 
 
 def _base_instructions() -> str:
@@ -155,10 +180,11 @@ def key_variable(settings: Settings, asked: str | None, environ: Mapping[str, st
 def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     settings = _with_local_server(settings)
     upstreams = settings.all_upstreams()
-    embedded = len(upstreams) == 1 and upstreams[0].kind == "embedded" and not settings.models
-    if embedded:
+    alone = upstreams[0] if len(upstreams) == 1 and not settings.models else None
+    embedded = alone if isinstance(alone, EmbeddedUpstream) else None
+    if embedded is not None:
         # Its window is the one it runs with: known without starting it.
-        specs = [embedded_spec(upstreams[0], name) for name in args.setup_models or [None]]
+        specs = [embedded_spec(embedded, name) for name in args.setup_models or [None]]
     else:
         specs = model_specs(settings, args.setup_models, args.context_window)
     if not specs:
@@ -190,7 +216,7 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     raise_window = (
         "it is for trying codexgate: point codexgate at a real model with --upstream URL"
-        if embedded
+        if embedded is not None
         else "`codexgate doctor` says how to raise it"
     )
     for spec in specs:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from codexgate.app import build_app
 from codexgate.backends.base import UNKNOWN, Call
 from codexgate.commands.replay.upstream import Answers, ReplayTransport, recorded_answers, serve_fixture
-from codexgate.config import ModelConfig, Settings, UpstreamConfig
+from codexgate.config import HttpUpstream, ModelConfig, Settings, parse_upstream
 from codexgate.errors import GatewayError, UpstreamTimeout
 from codexgate.observability.transcript import FORMAT_VERSION, scrub
 from codexgate.redact import MASK, Redactor
@@ -80,7 +80,7 @@ async def replay(document: Mapping[str, Any], name: str = "the recording") -> Re
     """Run the recorded turn again and compare. Raises ReplayError."""
     settings, answers = _replay_settings(document)
     upstream = settings.upstreams[0]
-    assert upstream.base_url is not None
+    assert isinstance(upstream, HttpUpstream), "a replay is of a chat or responses upstream"
     transport = ReplayTransport(upstream.base_url, Answers(answers), _stall(document))
     app = build_app(settings, transport=transport, environ={})
     req = _request(document.get("backend_request") or document.get("request"))
@@ -141,7 +141,7 @@ def _replay_settings(document: Mapping[str, Any]) -> tuple[Settings, list[Any]]:
     config.setdefault("name", upstream.get("name") or "recorded")
     try:
         settings = Settings(
-            upstreams=[UpstreamConfig.model_validate(config)],
+            upstreams=[parse_upstream(config)],
             models=[ModelConfig.model_validate(model) for model in upstream.get("models") or []],
             store="none",
             discover=False,
@@ -306,7 +306,8 @@ def main(path: Path, *, upstream_only: bool = False, port: int = 0, write_test_t
         document = load_recording(path)
         if upstream_only:
             settings, answers = _replay_settings(document)
-            base_url = settings.upstreams[0].base_url or ""
+            upstream = settings.upstreams[0]
+            base_url = upstream.base_url if isinstance(upstream, HttpUpstream) else ""
             serve_fixture(Answers(answers, cycle=True), urlsplit(base_url).path.rstrip("/"), port, _announce)
             return 0
         if write_test_to is not None:

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from codexgate.config import ENV_PREFIX, LIST_SETTINGS, TABLE_SETTINGS, Settings
+from codexgate.config.load import ENV_PREFIX
+from codexgate.config.settings import LIST_SETTINGS, TABLE_SETTINGS, Settings
 
 # (group title, [(setting, help, placeholder)]); a switch has no placeholder.
 _GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [

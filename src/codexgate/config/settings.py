@@ -1,0 +1,215 @@
+"""The settings of the gateway: `Settings`, the one typed object built once (config/load.py)
+and passed down, with its tables of model routes and API keys; the upstreams' tables are in
+config/upstreams.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from codexgate.config.checks import (
+    DAY,
+    GIB,
+    MAX_WINDOW,
+    SettingError,
+    Strict,
+    check_text_tool_calls,
+    check_upstream_url,
+)
+from codexgate.config.upstreams import DIALECT_FIELDS, ChatUpstream, UpstreamConfig
+from codexgate.translate.dialect import ChatDialect, ThinkMode
+
+SINGLE_UPSTREAM_NAME = "default"
+
+
+class ModelConfig(Strict):
+    """A `[[models]]` table: a name clients ask for, the upstream it goes to, and the model's own
+    settings layered on the upstream's."""
+
+    name: str
+    upstream: str | None = None  # None: the only upstream
+    model: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+    context_window: int | None = Field(default=None, gt=0, le=MAX_WINDOW)
+    supports_images: bool = False
+    supports_reasoning: bool = False
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. default sampling
+    text_tool_calls: str | None = None  # None: the upstream's setting
+    think_tags: ThinkMode | None = None
+    default_sampling: Literal["auto", "off"] | None = None
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> ModelConfig:
+        if self.text_tool_calls is not None:
+            check_text_tool_calls(self.text_tool_calls)
+        return self
+
+    def dialect_for(self, upstream: ChatDialect) -> ChatDialect:
+        """The upstream's dialect with this model's settings layered on: a model setting left
+        unset (None) keeps the upstream's, `extra_body` merges (the model's keys win)."""
+        overrides = {
+            name: value
+            for name, value in self.model_dump(include=set(DIALECT_FIELDS)).items()
+            if value is not None
+        }
+        overrides["extra_body"] = {**upstream.extra_body, **self.extra_body}
+        overrides["context_window"] = self.context_window
+        return dataclasses.replace(upstream, **overrides)
+
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+
+class ApiKeyConfig(Strict):
+    """An inbound API key: the secret is read from `key_env`, never from the file."""
+
+    name: str
+    key_env: str
+
+
+class Settings(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)  # 0: any free port (the log says which)
+    upstream: str | None = None  # one upstream given by flag or env: becomes "default"
+    upstream_api_key_env: str | None = None
+    idle_timeout: float = Field(default=300.0, gt=0, le=DAY)
+    connect_timeout: float = Field(default=10.0, gt=0, le=3600)
+    # Retries before the upstream's first byte (backends/http/stream.py): retry n waits
+    # retry_backoff * 2**(n-1) (+-10%), except that the first retry after a connection error
+    # is immediate, and a Retry-After the upstream sends wins; a wait over max_retry_wait, or
+    # past the idle_timeout budget, is not waited: the error is answered.
+    max_retries: int = Field(default=2, ge=0, le=100)
+    retry_backoff: float = Field(default=0.5, ge=0, le=3600)
+    max_retry_wait: float = Field(default=30.0, ge=0, le=DAY)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=GIB)
+    # Bounds on one response, far above any real Codex turn (a turn's answer is kilobytes to
+    # a few hundred kilobytes; long turns take minutes): output past the first ends the
+    # response `incomplete` (max_output_tokens), a response outlasting the second fails
+    # with upstream_timeout.
+    max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=GIB)
+    max_request_seconds: float = Field(default=3600.0, gt=0, le=DAY)
+    # What is remembered of each conversation between turns, so that the history Codex
+    # re-sends every turn is validated and translated once (translate/history_memo.py): at most this many MiB
+    # of request bodies for the Responses face and as many per upstream; 0 turns it off.
+    # Only conversations whose request is at least history_cache_min_kb are remembered: a
+    # shorter one is read again in well under a millisecond, and remembering it costs about
+    # 2.5 times its size (bench/under_load.py: 500 sessions of 50 KB would keep ~30 MB for
+    # ~0.3 ms a turn, and none of it is used when more sessions than entries take turns).
+    history_cache_mb: int = Field(default=64, ge=0, le=1024 * 1024)
+    history_cache_min_kb: int = Field(default=128, ge=0, le=1024 * 1024)
+    # Stored responses (previous_response_id, item_reference, GET /v1/responses/{id}, compaction
+    # keys; docs/state.md): SQLite by default at store_path (default
+    # $XDG_DATA_HOME/codexgate/store.sqlite3), Redis or PostgreSQL at store_url for several
+    # gateway processes, or none.
+    store: Literal["sqlite", "redis", "postgres", "none"] = "sqlite"
+    store_path: str | None = None
+    store_url: str | None = None
+    store_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
+    store_max_mb: int = Field(default=1024, gt=0, le=1024**3)
+    # The transcript recorder (observability/recorder.py; docs/operations.md "Transcripts"): off unless
+    # record_dir is set; then each turn is one JSON file there, secrets masked, kept at most
+    # record_max_age_days and record_max_mb (the oldest go first).
+    record_dir: str | None = None
+    record_max_age_days: float = Field(default=7.0, gt=0, le=36_500)
+    record_max_mb: int = Field(default=512, gt=0, le=1024**3)
+    # WebSocket mode of /v1/responses (server/websocket.py): connections at once, a
+    # connection's lifetime in seconds, and what one connection remembers of its last response.
+    websocket_max_connections: int = Field(default=256, ge=0, le=1_000_000)  # 0: none
+    websocket_max_lifetime: float = Field(default=3600.0, gt=0, le=7 * DAY)
+    websocket_max_memory_mb: float = Field(default=64.0, ge=0, le=1024 * 1024)
+    # Gateway processes sharing the port (server/workers.py); 0: one per usable core.
+    workers: int = Field(default=1, ge=0, le=256)
+    discover: bool = True  # look for a local model server when no upstream is configured
+    # With none configured and none found, serve the embedded model (docs/backends.md); its
+    # runtime, fetched on first use, lives in llama_dir (default $XDG_CACHE_HOME/codexgate/llama);
+    # llama_server: a llama-server binary of one's own instead of the prebuilt runtime.
+    embedded: bool = True
+    llama_dir: str | None = None
+    llama_server: str | None = None
+    ui: bool = True  # the live view at /ui (observability/live_view.py; docs/operations.md, "Live view")
+    log_level: LogLevel = "info"
+    # Metrics, traces, logs (docs/operations.md): log lines as logfmt or one JSON object each;
+    # Prometheus text on /metrics; OpenTelemetry traces to an OTLP/HTTP collector, sent only
+    # when otlp_endpoint is set (e.g. http://127.0.0.1:4318; /v1/traces is added).
+    log_format: Literal["logfmt", "json"] = "logfmt"
+    metrics: bool = True
+    otlp_endpoint: str | None = None
+    otel_service_name: str = "codexgate"
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+    # Who may use the gateway (docs/threat-model.md). Keys are also read from CODEXGATE_API_KEYS.
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    allow_unauthenticated: bool = False  # serve non-loopback clients without keys
+    allowed_hosts: list[str] = Field(default_factory=list)  # Host names besides IPs and localhost
+    cors_origins: list[str] = Field(default_factory=list)  # browser origins allowed; none by default
+    # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
+    header_timeout: float = Field(default=10.0, gt=0, le=3600)  # seconds to receive a request's head
+    body_timeout: float = Field(default=60.0, gt=0, le=DAY)  # seconds to receive a request's body
+    # Seconds an idle keep-alive connection is kept; past max_idle_connections of them, the
+    # longest-idle one is closed (0: none is kept idle).
+    keep_alive_timeout: float = Field(default=75.0, gt=0, le=DAY)
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    max_idle_connections: int = Field(default=256, ge=0, le=1_000_000)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # On SIGTERM, seconds the open responses may take to finish before each still open ends
+    # with response.failed `server_shutting_down` (server/serve.py; docs/deploy.md).
+    shutdown_grace: float = Field(default=30.0, ge=0, le=DAY)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_log_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str | None) -> str | None:
+        return check_upstream_url(value) if value else value
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        if value and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
+            raise ValueError(f"otlp_endpoint {value!r} must be an http:// or https:// URL")
+        return value or None
+
+    @model_validator(mode="after")
+    def _check_routes(self) -> Settings:
+        names = [u.name for u in self.all_upstreams()]
+        offset = len(names) - len(self.upstreams)  # --upstream's "default" comes first
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                where = ("upstreams", i - offset, "name") if i >= offset else ("upstream",)
+                raise SettingError(where, f"upstream names must be unique: {name!r} is used twice")
+        listed = ", ".join(names) or "none"
+        for i, model in enumerate(self.models):
+            if model.upstream is None and len(names) != 1:
+                raise SettingError(
+                    ("models", i, "upstream"),
+                    f"model {model.name!r} must name its upstream (there are {len(names)}: {listed})",
+                )
+            if model.upstream is not None and model.upstream not in names:
+                raise SettingError(
+                    ("models", i),
+                    f"model {model.name!r} routes to unknown upstream {model.upstream!r}; "
+                    f"the upstreams are: {listed}",
+                )
+        return self
+
+    def all_upstreams(self) -> list[UpstreamConfig]:
+        """The configured upstreams, with `--upstream` as one named "default"."""
+        upstreams = list(self.upstreams)
+        if self.upstream:
+            upstreams.insert(
+                0,
+                ChatUpstream(
+                    name=SINGLE_UPSTREAM_NAME, base_url=self.upstream, api_key_env=self.upstream_api_key_env
+                ),
+            )
+        return upstreams
+
+
+TABLE_SETTINGS = frozenset(("upstreams", "models", "api_keys"))  # the file's alone; the rest are flags
+LIST_SETTINGS = frozenset(("allowed_hosts", "cors_origins"))  # comma-separated in flags and environment
