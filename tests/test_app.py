@@ -103,10 +103,10 @@ def test_every_kind_of_upstream_has_its_backend_and_each_route_gets_its_kind_s_v
     """BACKEND_KINDS is the one table from a kind to its backend: a kind the settings take
     without a line there would fail at start."""
     from codexgate.app import BACKEND_KINDS
-    from codexgate.backends.chat import ChatBackend
+    from codexgate.backends.chat.backend import ChatBackend
     from codexgate.backends.codex.backend import CodexBackend
     from codexgate.backends.embedded.backend import EmbeddedBackend
-    from codexgate.backends.responses import ResponsesBackend
+    from codexgate.backends.responses.backend import ResponsesBackend
     from codexgate.config import UPSTREAM_KINDS
 
     assert tuple(BACKEND_KINDS) == UPSTREAM_KINDS

@@ -73,7 +73,7 @@ def test_missing_config_file() -> None:
 
 
 def test_api_key_comes_from_the_named_environment_variable() -> None:
-    from codexgate.backends.http.factory import upstream_target
+    from codexgate.backends.http.target import upstream_target
 
     settings = load_settings({"upstream": "http://a/v1", "upstream_api_key_env": "MY_KEY"}, environ={})
     target = upstream_target(settings.all_upstreams()[0], settings, {"MY_KEY": "sk-123"})

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from codexgate.backends.base import Backend
+from codexgate.backends.chat.factory import CHAT
 from codexgate.backends.codex.factory import CODEX
 from codexgate.backends.discovery import LOCAL_SERVERS, discover
 from codexgate.backends.embedded.backend import EmbeddedBackend
 from codexgate.backends.embedded.factory import EMBEDDED, build_embedded
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE, EmbeddedFallback, embedded_upstream
-from codexgate.backends.http.factory import CHAT, RESPONSES
 from codexgate.backends.http.tap import TappedTransport
 from codexgate.backends.http.transport import AiohttpTransport, Transport
 from codexgate.backends.log import OnceLog
+from codexgate.backends.responses.factory import RESPONSES
 from codexgate.config import ChatUpstream, HttpUpstream, ModelConfig, Settings, UpstreamConfig
 from codexgate.observability.live_view import install_live_view
 from codexgate.observability.metrics import Metrics
@@ -51,8 +52,8 @@ _REDISCOVER_SECONDS = 5.0
 class BackendKind(Protocol):
     """One kind of upstream, from its settings to a backend (`build`), and to the view of that
     backend one model route has (`for_route`: the model's own settings layered on). Each kind's
-    lives beside its backend: backends/http/factory.py, backends/codex/factory.py,
-    backends/embedded/factory.py."""
+    lives beside its backend, in its package's factory.py (backends/chat, responses, codex,
+    embedded)."""
 
     def build(
         self,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codexgate.app import build_app
-from codexgate.backends.chat import OnceLog, clip
+from codexgate.backends.chat.backend import OnceLog, clip
 from codexgate.backends.server_info import ContextWindows
 from codexgate.config import load_settings
 from codexgate.wire.responses import MAX_DEPTH
@@ -300,7 +300,7 @@ async def test_an_unexpected_error_is_a_500_internal_error(monkeypatch: pytest.M
     def broken(*_: Any, **__: Any) -> Any:
         raise KeyError("bug")
 
-    monkeypatch.setattr("codexgate.backends.chat.to_chat_request", broken)
+    monkeypatch.setattr("codexgate.backends.chat.backend.to_chat_request", broken)
     async with gateway() as (client, _):
         response = await client.post("/v1/responses", json={"model": "m", "input": "hi"})
     assert response.status_code == 500

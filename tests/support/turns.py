@@ -22,7 +22,7 @@ from codexgate.wire.sse import SSEDecoder
 
 Event = dict[str, Any]
 
-# The chat backend's policies (backends/chat.py), which most tests of the chat path expect.
+# The chat backend's policies (backends/chat/backend.py), which most tests of the chat path expect.
 CHAT_POLICIES: dict[str, Any] = {"reasoning_blob": encode_reasoning, "mark_cuts": True}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codexgate.backends.chat import ChatBackend
+from codexgate.backends.chat.backend import ChatBackend
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import GatewayError, UpstreamStreamCut

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 
 from codexgate.backends.base import UNKNOWN, Event, Inbound
-from codexgate.backends.chat import ChatBackend, ChatCall
+from codexgate.backends.chat.backend import ChatBackend, ChatCall
 from codexgate.backends.embedded.supervisor import EmbeddedModelStarting, LlamaSupervisor
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport

@@ -15,7 +15,7 @@ from typing import Any
 from codexgate.backends.discovery import discover, not_found_message
 from codexgate.backends.embedded.factory import DEFAULT_CONTEXT_WINDOW, alias_of
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_upstream
-from codexgate.backends.http.factory import upstream_target
+from codexgate.backends.http.target import upstream_target
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import ContextWindow, probe_context_window

@@ -1,0 +1,1 @@
+"""The chat kind (`kind = "chat"`): a Chat Completions server (backend.py) and its factory."""

@@ -1,0 +1,45 @@
+"""From settings to the chat kind's backend: a `build` of an upstream's backend and a
+`for_route` view of it for one model (app.py's BACKEND_KINDS)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from codexgate.backends.base import Backend
+from codexgate.backends.chat.backend import ChatBackend
+from codexgate.backends.http.target import upstream_target
+from codexgate.backends.http.transport import Transport
+from codexgate.backends.log import OnceLog
+from codexgate.config import ChatUpstream, ModelConfig, Settings, UpstreamConfig
+from codexgate.translate.history_memo import Memo
+
+__all__ = ["CHAT", "ChatKind"]
+
+
+class ChatKind:
+    """`kind = "chat"`: a Chat Completions server (backends/chat.py)."""
+
+    def build(
+        self,
+        upstream: UpstreamConfig,
+        settings: Settings,
+        environ: Mapping[str, str],
+        transport: Transport,
+        once: OnceLog,
+        history: Memo[Any] | None,
+    ) -> ChatBackend:
+        assert isinstance(upstream, ChatUpstream), "the chat kind builds chat upstreams"
+        return ChatBackend(upstream_target(upstream, settings, environ), transport, once, history=history)
+
+    def for_route(self, backend: Backend, model: ModelConfig) -> ChatBackend:
+        """The upstream's backend with the model's own settings layered on its dialect."""
+        assert isinstance(backend, ChatBackend), "routes of a chat upstream"
+        target = replace(backend.target, dialect=model.dialect_for(backend.target.dialect))
+        return ChatBackend(
+            target, backend.transport, backend.once, backend.counts, backend.windows, backend.history
+        )
+
+
+CHAT = ChatKind()
