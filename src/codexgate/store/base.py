@@ -13,13 +13,16 @@ exists.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import orjson
+
+from codexgate.redact import Redactor, redact_url, url_secrets
 
 Item = dict[str, Any]
 
@@ -111,7 +114,11 @@ class StoreError(Exception):
 
 
 # Helpers shared by the implementations: one encoding of a record's body, so a record moved
-# between stores keeps its size, and one reading of the retention.
+# between stores keeps its size, one row of it for the SQL stores, and one reading of the
+# retention.
+
+# A record's row in the SQL stores (SQLite, PostgreSQL), in this order (`record_of_row`).
+RECORD_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
 
 
 def encode_body(record: StoredResponse) -> bytes:
@@ -119,22 +126,16 @@ def encode_body(record: StoredResponse) -> bytes:
     return orjson.dumps({"input": record.input, "output": record.output, "response": record.response})
 
 
-def decode_body(
-    body: bytes,
-    *,
-    response_id: str,
-    owner: str,
-    created_at: float,
-    previous_response_id: str | None,
-    size: int,
-) -> StoredResponse:
-    """The record whose body `encode_body` made."""
+def record_of_row(row: Iterable[Any]) -> StoredResponse:
+    """The record of a row of RECORD_COLUMNS (a tuple, an asyncpg Record), its body made by
+    `encode_body`."""
+    response_id, owner, created_at, previous, size, body = row
     data = orjson.loads(body)
     return StoredResponse(
         id=response_id,
         owner=owner,
         created_at=created_at,
-        previous_response_id=previous_response_id,
+        previous_response_id=previous,
         input=data["input"],
         output=data["output"],
         response=data["response"],
@@ -173,3 +174,27 @@ def oldest_kept(retention: Retention, now: float | None = None) -> float:
     if retention.max_age is None:
         return -math.inf
     return (time.time() if now is None else now) - retention.max_age
+
+
+class ServerStore:
+    """What the stores on a server (Redis, PostgreSQL) share: where they are, in words with
+    the URL's secrets redacted, and their driver's errors as StoreError."""
+
+    kind: ClassVar[str]  # "Redis", "PostgreSQL"
+    driver_errors: ClassVar[tuple[type[Exception], ...]]  # what the driver raises
+
+    def __init__(self, url: str) -> None:
+        self._redactor = Redactor(url_secrets(url))
+        self._where = f"the {self.kind} store at {redact_url(url)}"
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Raises StoreError for an error of the driver, saying what failed (`doing`: "read")."""
+        try:
+            yield
+        except self.driver_errors as exc:
+            detail = self._redactor.redact(str(exc) or type(exc).__name__)
+            raise StoreError(f"cannot {doing} {self._where}: {detail}") from exc
+
+    def _not_open(self) -> StoreError:
+        return StoreError(f"{self._where} is not open")

@@ -20,9 +20,7 @@ drops the index entry (the earlier holder's copy is then no longer found by id).
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -30,11 +28,12 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from codexgate.redact import Redactor, redact_url, url_secrets
+from codexgate.redact import redact_url
 from codexgate.store.base import (
     MAX_CHAIN,
     Item,
     Retention,
+    ServerStore,
     StoredResponse,
     StoreError,
     StoreStats,
@@ -107,15 +106,17 @@ def _split_member(member: str) -> tuple[str, str]:
     return unquote(owner), unquote(response_id)
 
 
-class RedisStore:
+class RedisStore(ServerStore):
     name = "redis"
+    kind = "Redis"
+    driver_errors = (RedisError, OSError)
 
     def __init__(self, url: str, retention: Retention, prefix: str = "codexgate:") -> None:
+        super().__init__(url)
         self.url = url
         self.retention = retention
         self.prefix = prefix
         self._redis: aioredis.Redis | None = None
-        self._redactor = Redactor(url_secrets(url))
         self._secret: bytes | None = None
         self._t = f"{prefix}t"
         self._m = f"{prefix}m"
@@ -129,18 +130,10 @@ class RedisStore:
     def _item_key(self, owner: str, item_id: str) -> str:
         return f"{self.prefix}i:{_member(owner, item_id)}"
 
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, OSError) as exc:
-            detail = self._redactor.redact(str(exc))
-            raise StoreError(f"cannot {doing} the Redis store at {redact_url(self.url)}: {detail}") from exc
-
     @property
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            raise StoreError(f"the Redis store at {redact_url(self.url)} is not open")
+            raise self._not_open()
         return self._redis
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -163,7 +156,7 @@ class RedisStore:
                 raise
         if not isinstance(value, bytes) or len(value) != 32:
             await client.aclose()
-            raise StoreError(f"the Redis store at {redact_url(self.url)} holds a damaged secret")
+            raise StoreError(f"{self._where} holds a damaged secret")
         self._redis, self._secret = client, value
 
     async def close(self) -> None:
@@ -316,5 +309,5 @@ class RedisStore:
 
     async def secret(self) -> bytes:
         if self._secret is None:
-            raise StoreError(f"the Redis store at {redact_url(self.url)} is not open")
+            raise self._not_open()
         return self._secret

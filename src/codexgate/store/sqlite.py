@@ -31,16 +31,17 @@ from typing import Any, TypeVar
 
 from codexgate.store.base import (
     MAX_CHAIN,
+    RECORD_COLUMNS,
     Item,
     Retention,
     StoredResponse,
     StoreError,
     StoreStats,
-    decode_body,
     encode_body,
     item_ids,
     oldest_kept,
     pick_items,
+    record_of_row,
 )
 
 T = TypeVar("T")
@@ -73,7 +74,6 @@ CREATE INDEX IF NOT EXISTS items_by_response ON items (owner, response_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
-_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
 
 # Newest first, each with the sum of its own and all newer sizes: rows past `max_bytes`.
 _OVER_BUDGET = """
@@ -93,7 +93,7 @@ WITH RECURSIVE chain(depth, rid, prev) AS (
         JOIN responses AS r ON r.owner = :owner AND r.id = chain.prev
         WHERE chain.depth + 1 < :limit AND r.created_at >= :oldest
 )
-SELECT {_COLUMNS} FROM chain JOIN responses USING (rid) ORDER BY depth DESC
+SELECT {RECORD_COLUMNS} FROM chain JOIN responses USING (rid) ORDER BY depth DESC
 """
 
 
@@ -127,18 +127,6 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-
-
-def _row_record(row: tuple[Any, ...]) -> StoredResponse:
-    response_id, owner, created_at, previous, size, body = row
-    return decode_body(
-        body,
-        response_id=response_id,
-        owner=owner,
-        created_at=created_at,
-        previous_response_id=previous,
-        size=size,
-    )
 
 
 class _Write:
@@ -318,7 +306,7 @@ class SqliteStore:
 
         def put(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"INSERT INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO responses ({RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (owner, id) DO UPDATE SET created_at = excluded.created_at,"
                 " previous_response_id = excluded.previous_response_id, size = excluded.size,"
                 " body = excluded.body",
@@ -338,10 +326,10 @@ class SqliteStore:
 
         def get(conn: sqlite3.Connection) -> StoredResponse | None:
             row = conn.execute(
-                f"SELECT {_COLUMNS} FROM responses WHERE owner = ? AND id = ? AND created_at >= ?",
+                f"SELECT {RECORD_COLUMNS} FROM responses WHERE owner = ? AND id = ? AND created_at >= ?",
                 (owner, response_id, oldest),
             ).fetchone()
-            return None if row is None else _row_record(row)
+            return None if row is None else record_of_row(row)
 
         return await self._read(get)
 
@@ -350,7 +338,7 @@ class SqliteStore:
         params = {"owner": owner, "id": response_id, "oldest": oldest, "limit": MAX_CHAIN}
 
         def chain(conn: sqlite3.Connection) -> list[StoredResponse]:
-            return [_row_record(row) for row in conn.execute(_CHAIN, params)]
+            return [record_of_row(row) for row in conn.execute(_CHAIN, params)]
 
         return await self._read(chain)
 
@@ -366,7 +354,7 @@ class SqliteStore:
             for start in range(0, len(wanted), 500):
                 part = wanted[start : start + 500]
                 rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM responses WHERE rid IN ("
+                    f"SELECT {RECORD_COLUMNS} FROM responses WHERE rid IN ("
                     "  SELECT r.rid FROM items AS i"
                     "  JOIN responses AS r ON r.owner = i.owner AND r.id = i.response_id"
                     f"  WHERE i.owner = ? AND i.item_id IN ({','.join('?' * len(part))})"
@@ -374,7 +362,7 @@ class SqliteStore:
                     ") ORDER BY created_at DESC, rid DESC",
                     (owner, *part, oldest),
                 ).fetchall()
-                records += [_row_record(row) for row in rows]
+                records += [record_of_row(row) for row in rows]
             return pick_items(records, wanted)
 
         return await self._read(items)
