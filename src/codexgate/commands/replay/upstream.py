@@ -102,13 +102,9 @@ class ReplayTransport:
         self.sent: list[tuple[str, str, bytes | None]] = []
 
     async def open(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        connect_timeout: float,
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, connect_timeout: float
     ) -> UpstreamResponse:
+        """The recorded answer to the next such request (`connect_timeout` plays no part)."""
         path = url[len(self._base) :] if url.startswith(self._base) else url
         self.sent.append((method, path, body))
         answer = self._answers.next(method, path)
