@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -41,6 +41,16 @@ class StoredResponse:
     response: dict[str, Any]  # the response object of the terminal event, as `GET` returns it
     size: int = 0  # bytes as stored; set by the store
 
+    def item_ids(self) -> list[str]:
+        """The ids of the input and output items, each once, in order (items without a string
+        id cannot be referenced, so they are not indexed)."""
+        seen: dict[str, None] = {}
+        for item in (*self.input, *self.output):
+            item_id = item.get("id")
+            if isinstance(item_id, str):
+                seen.setdefault(item_id, None)
+        return list(seen)
+
 
 @dataclass(slots=True)
 class Retention:
@@ -49,6 +59,13 @@ class Retention:
 
     max_age: float | None = 30 * 24 * 3600.0
     max_bytes: int | None = 1 << 30
+
+    def oldest_kept(self, now: float | None = None) -> float:
+        """The smallest `created_at` still within `max_age` (-inf without an age limit): reads
+        compare against it, so an expired record is never returned even before `prune` runs."""
+        if self.max_age is None:
+            return -math.inf
+        return (time.time() if now is None else now) - self.max_age
 
 
 @dataclass(slots=True)
@@ -143,17 +160,6 @@ def record_of_row(row: Iterable[Any]) -> StoredResponse:
     )
 
 
-def item_ids(record: StoredResponse) -> list[str]:
-    """The ids of `record`'s input and output items, each once, in order (items without a
-    string id cannot be referenced, so they are not indexed)."""
-    seen: dict[str, None] = {}
-    for item in (*record.input, *record.output):
-        item_id = item.get("id")
-        if isinstance(item_id, str):
-            seen.setdefault(item_id, None)
-    return list(seen)
-
-
 def pick_items(records: Iterable[StoredResponse], wanted: Iterable[str]) -> dict[str, Item]:
     """The items of `records` whose ids are in `wanted`; where two records hold the same id
     (a later request repeats an earlier item), the first of `records` wins, so callers pass
@@ -168,17 +174,13 @@ def pick_items(records: Iterable[StoredResponse], wanted: Iterable[str]) -> dict
     return found
 
 
-def oldest_kept(retention: Retention, now: float | None = None) -> float:
-    """The smallest `created_at` still within `max_age` (-inf without an age limit): reads
-    compare against it, so an expired record is never returned even before `prune` runs."""
-    if retention.max_age is None:
-        return -math.inf
-    return (time.time() if now is None else now) - retention.max_age
+Client = TypeVar("Client")
 
 
-class ServerStore:
-    """What the stores on a server (Redis, PostgreSQL) share: where they are, in words with
-    the URL's secrets redacted, and their driver's errors as StoreError."""
+class ServerStore(Generic[Client]):
+    """What the stores on a server (Redis, PostgreSQL) share: their driver's client while
+    open, where they are, in words with the URL's secrets redacted, and the driver's errors as
+    StoreError."""
 
     kind: ClassVar[str]  # "Redis", "PostgreSQL"
     driver_errors: ClassVar[tuple[type[Exception], ...]]  # what the driver raises
@@ -186,6 +188,15 @@ class ServerStore:
     def __init__(self, url: str) -> None:
         self._redactor = Redactor(url_secrets(url))
         self._where = f"the {self.kind} store at {redact_url(url)}"
+        self._client: Client | None = None  # set by `open`, None again once closed
+
+    @property
+    def _db(self) -> Client:
+        """The open client (a pool of connections). Raises StoreError when the store is not
+        open."""
+        if self._client is None:
+            raise self._not_open()
+        return self._client
 
     @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:

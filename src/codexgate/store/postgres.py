@@ -28,8 +28,6 @@ from codexgate.store.base import (
     StoredResponse,
     StoreStats,
     encode_body,
-    item_ids,
-    oldest_kept,
     pick_items,
     record_of_row,
 )
@@ -119,7 +117,7 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-class PostgresStore(ServerStore):
+class PostgresStore(ServerStore[asyncpg.Pool]):
     name = "postgres"
     kind = "PostgreSQL"
     driver_errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, ValueError)
@@ -128,17 +126,10 @@ class PostgresStore(ServerStore):
         super().__init__(dsn)
         self.dsn = dsn
         self.retention = retention
-        self._pool: asyncpg.Pool | None = None
         self._secret: bytes | None = None
         self._pending: list[_Put] = []
         self._flusher: asyncio.Task[None] | None = None
         self.commits = 0  # put transactions committed (for tests and benchmarks)
-
-    @property
-    def _db(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise self._not_open()
-        return self._pool
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -161,14 +152,14 @@ class PostgresStore(ServerStore):
             except BaseException:
                 await pool.close()
                 raise
-        self._pool, self._secret = pool, value
+        self._client, self._secret = pool, value
 
     async def close(self) -> None:
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     # -- puts, grouped -----------------------------------------------------------------------
 
@@ -226,7 +217,7 @@ class PostgresStore(ServerStore):
             latest[(put.record.owner, put.record.id)] = put
         puts = [latest[key] for key in sorted(latest)]
         records = [p.record for p in puts]
-        items = [(r.owner, item_id, r.id) for r in records for item_id in item_ids(r)]
+        items = [(r.owner, item_id, r.id) for r in records for item_id in r.item_ids()]
         with self._errors("write to"):
             async with self._db.acquire() as conn, conn.transaction():
                 await conn.execute(
@@ -252,13 +243,13 @@ class PostgresStore(ServerStore):
                 " WHERE owner = $1 AND id = $2 AND created_at >= $3",
                 owner,
                 response_id,
-                oldest_kept(self.retention),
+                self.retention.oldest_kept(),
             )
         return None if row is None else record_of_row(row)
 
     async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
         with self._errors("read"):
-            rows = await self._db.fetch(_CHAIN, owner, response_id, oldest_kept(self.retention), MAX_CHAIN)
+            rows = await self._db.fetch(_CHAIN, owner, response_id, self.retention.oldest_kept(), MAX_CHAIN)
         return [record_of_row(row) for row in rows]
 
     async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
@@ -266,7 +257,7 @@ class PostgresStore(ServerStore):
         if not wanted:
             return {}
         with self._errors("read"):
-            rows = await self._db.fetch(_ITEMS, owner, wanted, oldest_kept(self.retention))
+            rows = await self._db.fetch(_ITEMS, owner, wanted, self.retention.oldest_kept())
         return pick_items((record_of_row(row) for row in rows), wanted)
 
     async def delete(self, response_id: str, owner: str) -> bool:
@@ -281,7 +272,7 @@ class PostgresStore(ServerStore):
         with self._errors("write to"):
             async with self._db.acquire() as conn, conn.transaction():
                 status = await conn.execute(
-                    "DELETE FROM codexgate_responses WHERE created_at < $1", oldest_kept(self.retention)
+                    "DELETE FROM codexgate_responses WHERE created_at < $1", self.retention.oldest_kept()
                 )
                 removed += _count(status)
                 if self.retention.max_bytes is not None:

@@ -38,8 +38,6 @@ from codexgate.store.base import (
     StoreError,
     StoreStats,
     encode_body,
-    item_ids,
-    oldest_kept,
     pick_items,
     record_of_row,
 )
@@ -302,7 +300,7 @@ class SqliteStore:
     async def put(self, record: StoredResponse) -> None:
         body = encode_body(record)
         record.size = len(body)
-        ids = item_ids(record)
+        ids = record.item_ids()
 
         def put(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -322,7 +320,7 @@ class SqliteStore:
         await self._write(put)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
 
         def get(conn: sqlite3.Connection) -> StoredResponse | None:
             row = conn.execute(
@@ -334,7 +332,7 @@ class SqliteStore:
         return await self._read(get)
 
     async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         params = {"owner": owner, "id": response_id, "oldest": oldest, "limit": MAX_CHAIN}
 
         def chain(conn: sqlite3.Connection) -> list[StoredResponse]:
@@ -345,7 +343,7 @@ class SqliteStore:
     async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
         if not item_ids:
             return {}
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         wanted = list(dict.fromkeys(item_ids))
 
         def items(conn: sqlite3.Connection) -> dict[str, Item]:
@@ -375,7 +373,7 @@ class SqliteStore:
         return await self._write(delete)
 
     async def prune(self) -> int:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         max_bytes = self.retention.max_bytes
 
         def prune(conn: sqlite3.Connection) -> int:
