@@ -89,8 +89,8 @@ class ResponseBuilder:
         self._now = now
         self._reasoning_blob = reasoning_blob
         self._mark_cuts = mark_cuts
-        self._seq = 0
-        self._events: list[Event] = []
+        self._events: list[Event] = []  # made since the last take()
+        self._seq = 0  # the next event's sequence_number
         self._output: list[dict[str, Any]] = []  # finished items, by output_index
         self._next_index = 0
         self._message: _OpenText | None = None
