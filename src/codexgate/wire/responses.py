@@ -243,8 +243,8 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
 def _check_new_depth(
     data: dict[str, Any], raw_input: Any, raw_tools: Any, earlier: ResponsesRequest | None
 ) -> tuple[int, bool]:
-    """How many leading input items equal `earlier`'s, and whether its tools are the same;
-    the nesting depth of the rest checked (check_depth)."""
+    """How many leading input items equal `earlier`'s, and whether its tools are the same.
+    What is new is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
     known_items = 0
     known_tools = False
     if earlier is not None and isinstance(raw_input, list):
