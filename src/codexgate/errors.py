@@ -40,9 +40,24 @@ class Code:
 
 
 class GatewayError(Exception):
+    """The root of the tree. A subclass states its HTTP status, OpenAI error type and default
+    code in its class line (`class X(GatewayError, status=404, code=Code.NOT_FOUND)`); what it
+    leaves out it inherits."""
+
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
     default_code: ClassVar[str] = Code.INTERNAL
+
+    def __init_subclass__(
+        cls, *, status: int | None = None, error_type: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init_subclass__()
+        if status is not None:
+            cls.status = status
+        if error_type is not None:
+            cls.error_type = error_type
+        if code is not None:
+            cls.default_code = code
 
     def __init__(
         self,
@@ -77,139 +92,106 @@ class GatewayError(Exception):
         return {"code": self.code, "message": self.message}
 
 
-class InvalidRequest(GatewayError):
+_CLIENT_SIDE = "invalid_request_error"  # the error type of what the client must change
+
+
+class InvalidRequest(GatewayError, status=400, error_type=_CLIENT_SIDE, code=Code.INVALID_REQUEST):
     """The client's request is wrong; names the parameter."""
 
-    status = 400
-    error_type = "invalid_request_error"
-    default_code = Code.INVALID_REQUEST
+
+class RequestTooLarge(InvalidRequest, status=413, code=Code.REQUEST_TOO_LARGE):
+    """The request body is larger than the gateway takes."""
 
 
-class RequestTooLarge(InvalidRequest):
-    status = 413
-    default_code = Code.REQUEST_TOO_LARGE
+class NotFound(InvalidRequest, status=404, code=Code.NOT_FOUND):
+    """No such route, or no such stored response."""
 
 
-class NotFound(InvalidRequest):
-    status = 404
-    default_code = Code.NOT_FOUND
+class ModelNotFound(InvalidRequest, status=404, code=Code.MODEL_NOT_FOUND):
+    """No route serves the model the client named."""
 
 
-class ModelNotFound(InvalidRequest):
-    status = 404
-    default_code = Code.MODEL_NOT_FOUND
-
-
-class NoUpstream(GatewayError):
+class NoUpstream(GatewayError, status=503, code=Code.NO_UPSTREAM):
     """No upstream is configured or discovered for this request."""
 
-    status = 503
-    error_type = "server_error"
-    default_code = Code.NO_UPSTREAM
 
+class UpstreamError(GatewayError, status=502, code=Code.UPSTREAM_ERROR):
+    """Anything that went wrong on the upstream side. A subclass also says whether the gateway
+    may retry it before answering (`retryable=True` in its class line)."""
 
-class UpstreamError(GatewayError):
-    """Anything that went wrong on the upstream side."""
-
-    status = 502
-    error_type = "server_error"
-    default_code = Code.UPSTREAM_ERROR
     retryable: ClassVar[bool] = False  # may the gateway retry before answering?
     # What failed, in words that follow the upstream's name ("refused the connection: nothing is
     # listening on 127.0.0.1:8000"), set by the transport, which knows what failed but not
     # which upstream it was; the backend that knows names it. None: the message says it all.
     reason: str | None = None
 
-
-class UpstreamConnectError(UpstreamError):
-    default_code = Code.UPSTREAM_UNREACHABLE
-    retryable = True
-
-
-class UpstreamTimeout(UpstreamError):
-    status = 504
-    default_code = Code.UPSTREAM_TIMEOUT
-    retryable = True
+    def __init_subclass__(cls, *, retryable: bool | None = None, **kinds: Any) -> None:
+        super().__init_subclass__(**kinds)
+        if retryable is not None:
+            cls.retryable = retryable
 
 
-class UpstreamStreamCut(UpstreamError):
+class UpstreamConnectError(UpstreamError, code=Code.UPSTREAM_UNREACHABLE, retryable=True):
+    """The upstream could not be reached (or the Codex agent could not start)."""
+
+
+class UpstreamTimeout(UpstreamError, status=504, code=Code.UPSTREAM_TIMEOUT, retryable=True):
+    """The upstream did not answer in time, or went silent while streaming."""
+
+
+class UpstreamStreamCut(UpstreamError, code=Code.UPSTREAM_STREAM_CUT):
     """The upstream stream ended without a finish reason and without [DONE]."""
 
-    default_code = Code.UPSTREAM_STREAM_CUT
 
-
-class UpstreamResponseTooLarge(UpstreamError):
+class UpstreamResponseTooLarge(UpstreamError, code=Code.UPSTREAM_RESPONSE_TOO_LARGE):
     """The upstream sent a line, event or body larger than the gateway holds."""
 
-    default_code = Code.UPSTREAM_RESPONSE_TOO_LARGE
 
-
-class UpstreamServerError(UpstreamError):
+class UpstreamServerError(UpstreamError, retryable=True):
     """A 5xx the gateway may retry."""
 
-    retryable = True
+
+class ContextLengthExceeded(
+    UpstreamError, status=400, error_type=_CLIENT_SIDE, code=Code.CONTEXT_LENGTH_EXCEEDED
+):
+    """The input is longer than the upstream model's context."""
 
 
-class ContextLengthExceeded(UpstreamError):
-    status = 400
-    error_type = "invalid_request_error"
-    default_code = Code.CONTEXT_LENGTH_EXCEEDED
+# "rate_limit_error": what openai-python and OpenAI's API use
+class RateLimited(UpstreamError, status=429, error_type="rate_limit_error", code=Code.RATE_LIMIT_EXCEEDED):
+    """The upstream asks to slow down (its "try again in Ns" is kept in `retry_after`)."""
 
 
-class RateLimited(UpstreamError):
-    status = 429
-    error_type = "rate_limit_error"  # what openai-python and OpenAI's API use
-    default_code = Code.RATE_LIMIT_EXCEEDED
+class Overloaded(UpstreamError, status=503, code=Code.SERVER_IS_OVERLOADED):
+    """The upstream says it is overloaded."""
 
 
-class Overloaded(UpstreamError):
-    status = 503
-    default_code = Code.SERVER_IS_OVERLOADED
+class QuotaExceeded(UpstreamError, status=429, error_type="insufficient_quota", code=Code.INSUFFICIENT_QUOTA):
+    """The upstream account is out of quota."""
 
 
-class QuotaExceeded(UpstreamError):
-    status = 429
-    error_type = "insufficient_quota"
-    default_code = Code.INSUFFICIENT_QUOTA
-
-
-class UpstreamAuthError(UpstreamError):
+class UpstreamAuthError(UpstreamError, status=502, code=Code.UPSTREAM_AUTH):
     """The upstream refused the gateway's own key. Not a 401: Codex reads that as its login to
     the gateway failing."""
 
-    status = 502
-    default_code = Code.UPSTREAM_AUTH
 
-
-class UpstreamBadRequest(UpstreamError):
+class UpstreamBadRequest(UpstreamError, status=400, error_type=_CLIENT_SIDE, code=Code.INVALID_REQUEST):
     """The upstream refused the translated request (4xx other than the ones above)."""
 
-    status = 400
-    error_type = "invalid_request_error"
-    default_code = Code.INVALID_REQUEST
+
+class UpstreamModelNotFound(UpstreamError, status=404, error_type=_CLIENT_SIDE, code=Code.MODEL_NOT_FOUND):
+    """The upstream does not know the model it was asked for."""
 
 
-class UpstreamModelNotFound(UpstreamError):
-    status = 404
-    error_type = "invalid_request_error"
-    default_code = Code.MODEL_NOT_FOUND
-
-
-class UpstreamWrongURL(UpstreamError):
+class UpstreamWrongURL(UpstreamError, status=400, error_type=_CLIENT_SIDE, code=Code.UPSTREAM_WRONG_URL):
     """The upstream answered 404 for its own API path: the configured base URL is wrong.
 
     A 400, not a 5xx: Codex neither retries a 400 nor replaces its message, so the user reads
     at once what to fix; a 5xx would be retried 30 times and end as "high demand"."""
 
-    status = 400
-    error_type = "invalid_request_error"
-    default_code = Code.UPSTREAM_WRONG_URL
 
-
-class ModelOutputLoop(UpstreamError):
+class ModelOutputLoop(UpstreamError, code=Code.MODEL_OUTPUT_LOOP):
     """The gateway stopped a generation stuck repeating one piece of text."""
-
-    default_code = Code.MODEL_OUTPUT_LOOP
 
 
 def failed_answer(error: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:

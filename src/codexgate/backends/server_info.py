@@ -54,11 +54,7 @@ class ContextWindow:
 
 
 async def fetch_json(
-    transport: Transport,
-    url: str,
-    headers: Mapping[str, str],
-    timeout: float,
-    body: Any = None,
+    transport: Transport, url: str, headers: Mapping[str, str], timeout: float, body: Any = None
 ) -> tuple[int, Any]:
     """(status, parsed JSON or None). Status 0 when nothing answered in time."""
     status, data, _ = await fetch_json_or_why(transport, url, headers, timeout, body)
@@ -66,11 +62,7 @@ async def fetch_json(
 
 
 async def fetch_json_or_why(
-    transport: Transport,
-    url: str,
-    headers: Mapping[str, str],
-    timeout: float,
-    body: Any = None,
+    transport: Transport, url: str, headers: Mapping[str, str], timeout: float, body: Any = None
 ) -> tuple[int, Any, str | None]:
     """As fetch_json, and when nothing answered (status 0), what failed, in words that follow
     the server's name ("refused the connection: ...")."""

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from codexgate.server.exchange import Exchange
+from codexgate.translate.parts import text_of_parts
 from codexgate.wire.responses_events import Event
 
 TEXT_LIMIT = 4096  # characters of answer text kept
@@ -303,12 +304,7 @@ def last_user_text(items: list[Any], since: int = 0) -> str | None:
 
 
 def _parts_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts = [part.get("text") for part in content if isinstance(part, dict)]
-    return "\n".join(text for text in texts if isinstance(text, str))
+    return content if isinstance(content, str) else text_of_parts(content)
 
 
 def _output_text(output: Any) -> str:

@@ -233,30 +233,31 @@ class _StoreFigures:
 
 # A backend's `counts` keys (tallied by translate/ and backends/) as metrics: the first pattern
 # that matches the whole key names the metric; its groups are the labels after `backend`.
-_COUNTS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"arguments\.repaired\.(?P<kind>.+)"), "codexgate_argument_repairs",
+_COUNT_METRICS: tuple[tuple[str, str, str], ...] = (  # (pattern of the keys, metric, its help)
+    (r"arguments\.repaired\.(?P<kind>.+)", "codexgate_argument_repairs",
      "Tool-call arguments repaired, by repair."),
-    (re.compile(r"arguments\.(?P<outcome>[^.]+)"), "codexgate_tool_arguments",
+    (r"arguments\.(?P<outcome>[^.]+)", "codexgate_tool_arguments",
      "Tool-call arguments checked against their tool's schema, by outcome."),
-    (re.compile(r"patch\.repaired\.(?P<kind>.+)"), "codexgate_patch_repairs",
+    (r"patch\.repaired\.(?P<kind>.+)", "codexgate_patch_repairs",
      "Custom tool inputs (apply_patch) repaired to the client's grammar, by repair."),
-    (re.compile(r"patch\.(?P<outcome>[^.]+)"), "codexgate_grammar_checks",
+    (r"patch\.(?P<outcome>[^.]+)", "codexgate_grammar_checks",
      "Custom tool inputs checked against the client's grammar, by outcome (invalid: rejected)."),
-    (re.compile(r"textcalls\.(?P<format>[^.]+)\.(?P<outcome>.+)"), "codexgate_text_tool_calls",
+    (r"textcalls\.(?P<format>[^.]+)\.(?P<outcome>.+)", "codexgate_text_tool_calls",
      "Tool calls a model wrote as text, by format and outcome (parsed: recovered as tool calls)."),
-    (re.compile(r"think\.(?P<outcome>.+)"), "codexgate_think_blocks",
+    (r"think\.(?P<outcome>.+)", "codexgate_think_blocks",
      "Answers read for think tags, by outcome."),
-    (re.compile(r"loops\.stopped"), "codexgate_loop_guard_stops",
+    (r"loops\.stopped", "codexgate_loop_guard_stops",
      "Generations stopped for repeating the same text."),
-    (re.compile(r"upstream\.malformed_chunks"), "codexgate_upstream_malformed_chunks",
+    (r"upstream\.malformed_chunks", "codexgate_upstream_malformed_chunks",
      "Upstream stream events skipped as unreadable."),
-    (re.compile(r"upstream\.retry"), "codexgate_upstream_retries",
+    (r"upstream\.retry", "codexgate_upstream_retries",
      "Upstream requests retried before their first byte."),
-    (re.compile(r"upstream\.error\.(?P<code>.+)"), "codexgate_upstream_errors",
+    (r"upstream\.error\.(?P<code>.+)", "codexgate_upstream_errors",
      "Upstream failures by error code: each failed attempt, and failures after the first byte."),
-    (re.compile(r"request\.(?P<kind>.+)_left_out"), "codexgate_request_items_left_out",
+    (r"request\.(?P<kind>.+)_left_out", "codexgate_request_items_left_out",
      "Input items not sent to the upstream (it cannot take them), by kind."),
 )  # fmt: skip
+_COUNTS = tuple((re.compile(pattern), name, help_text) for pattern, name, help_text in _COUNT_METRICS)
 _OTHER_COUNTS = ("codexgate_backend_events", "Other events a backend tallied, by key.")
 
 

@@ -96,31 +96,38 @@ class GatewayApp:
         self.streams = Streams()
         self.on_stopping.append(self.streams.begin)
         # The route table: path (without /v1) -> method -> handler.
-        self.routes: dict[str, dict[str, Handler]] = {
-            path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
-        }
-        self.routes["/models"] = {"GET": self._models_route}
-        self.routes["/health"] = self.routes["/healthz"] = {"GET": self._health_route}
-        responses = self.faces.get("/responses")
-        self.sockets = (
-            ResponsesSockets(
-                responses.reader.read_object,
-                self._call,
-                self.state,
-                self.redactor,
-                socket_limits or SocketLimits(),
-                self.observers.finished,
-                self.streams,
-            )
-            if isinstance(responses, ResponsesFace)
-            else None
-        )
+        self.routes: dict[str, dict[str, Handler]] = self._route_table()
+        self.sockets = self._responses_sockets(socket_limits or SocketLimits())
         stored = StoredResponses(self.state)
         # /responses/{id} and /responses/{id}/input_items: matched after the fixed paths.
         self.resource_routes: dict[str, dict[str, ResourceHandler]] = {
             "": {"GET": stored.get, "DELETE": stored.delete},
             "/input_items": {"GET": stored.input_items},
         }
+
+    def _route_table(self) -> dict[str, dict[str, Handler]]:
+        """Each face's POST, the model list and the health check."""
+        routes: dict[str, dict[str, Handler]] = {
+            path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
+        }
+        routes["/models"] = {"GET": self._models_route}
+        routes["/health"] = routes["/healthz"] = {"GET": self._health_route}
+        return routes
+
+    def _responses_sockets(self, limits: SocketLimits) -> ResponsesSockets | None:
+        """The Responses face over WebSocket, when the app has that face."""
+        responses = self.faces.get("/responses")
+        if not isinstance(responses, ResponsesFace):
+            return None
+        return ResponsesSockets(
+            responses.reader.read_object,
+            self._call,
+            self.state,
+            self.redactor,
+            limits,
+            self.observers.finished,
+            self.streams,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -84,148 +84,167 @@ class _IdleConnections:
         return False
 
 
+def _too_many_connections(limits: ConnectionLimits) -> bytes:
+    return _response(
+        503,
+        "Service Unavailable",
+        "too_many_connections",
+        f"The gateway is serving its limit of {limits.max_connections} connections.",
+        b"retry-after: 1\r\n",
+    )
+
+
+def _head_too_large(limits: ConnectionLimits) -> bytes:
+    return _response(
+        431,
+        "Request Header Fields Too Large",
+        "request_header_fields_too_large",
+        f"The request head is over {limits.max_header_bytes} bytes or {limits.max_headers} headers.",
+    )
+
+
+def _head_too_slow(limits: ConnectionLimits) -> bytes:
+    return _response(
+        408,
+        "Request Timeout",
+        "request_timeout",
+        f"The request head did not arrive within {limits.header_timeout:g} seconds.",
+    )
+
+
+class _LimitedProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol with `ConnectionLimits`. Not used as it is: `limited_protocol` makes
+    the class of one server, which holds its limits, its idle connections and the check of a
+    head's size."""
+
+    _limits: ClassVar[ConnectionLimits]
+    _idle: ClassVar[_IdleConnections]  # shared by the connections of one server
+    _head_timer: asyncio.TimerHandle | None = None
+    _in_head = False  # a request head has started and is not complete
+    _head_bytes = 0  # parsed: request line and headers
+    _head_raw = 0  # bytes received while the head was incomplete
+    _head_count = 0
+    _refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+        if len(self.connections) > self._limits.max_connections and not self._idle.close_oldest(spare=self):
+            self._refuse(_too_many_connections(self._limits))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._idle.discard(self)
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        if self._refused or self.transport.is_closing():
+            return
+        if self._in_head:
+            # A head still incomplete after this chunk: count the raw bytes, so that a
+            # header line that never ends is caught before the parser calls back.
+            self._head_raw += len(data)
+            self._check_head_size()
+
+    # -- parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._idle.discard(self)
+        self._in_head = True
+        self._head_bytes = self._head_raw = self._head_count = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_bytes += len(url)
+        self._check_head_size()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused:
+            return
+        super().on_header(name, value)
+        self._head_bytes += len(name) + len(value) + 4
+        self._head_count += 1
+        self._check_head_size()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm_head_timer()
+        if self._refused:
+            return
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline:
+            idle = self._idle
+            idle.add(self)
+            while len(idle) > self._limits.max_idle_connections and idle.close_oldest(spare=self):
+                pass
+
+    # -- limits
+
+    def _check_head_size(self) -> None:
+        """Refuses a head over the limits (431). Made by `limited_protocol`: it runs for every
+        header, and reads the limits fastest from a closure."""
+        raise NotImplementedError
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self._limits.header_timeout, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head while an earlier request is still answered: wait for it.
+            self._arm_head_timer()
+            return
+        # A head begun and not complete: 408; connected and sent nothing: just closed.
+        self._refuse(_head_too_slow(self._limits) if self._in_head else b"")
+
+    def _refuse(self, response: bytes) -> None:
+        """Answer (if `response`) and close; nothing more from this connection is parsed."""
+        self._refused = True
+        self._disarm_head_timer()
+        self._idle.discard(self)
+        if not self.transport.is_closing():
+            if response:
+                self.transport.write(response)
+            self.transport.close()
+
+
 def limited_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """An HttpToolsProtocol class enforcing `limits`. The class holds the idle set shared by
     the connections of one server, so build one class per server."""
-    idle = _IdleConnections()
+    max_header_bytes, max_headers = limits.max_header_bytes, limits.max_headers
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
-        _head_timer: asyncio.TimerHandle | None = None
-        _in_head = False  # a request head has started and is not complete
-        _head_bytes = 0  # parsed: request line and headers
-        _head_raw = 0  # bytes received while the head was incomplete
-        _head_count = 0
-        _refused = False
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm_head_timer()
-            if len(self.connections) > limits.max_connections and not idle.close_oldest(spare=self):
-                self._refuse(
-                    _response(
-                        503,
-                        "Service Unavailable",
-                        "too_many_connections",
-                        f"The gateway is serving its limit of {limits.max_connections} connections.",
-                        b"retry-after: 1\r\n",
-                    )
-                )
-                return
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            idle.discard(self)
-            self._disarm_head_timer()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            super().data_received(data)
-            if self._refused or self.transport.is_closing():
-                return
-            if self._in_head:
-                # A head still incomplete after this chunk: count the raw bytes, so that a
-                # header line that never ends is caught before the parser calls back.
-                self._head_raw += len(data)
-                self._check_head_size()
-
-        # -- parser callbacks
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            idle.discard(self)
-            self._in_head = True
-            self._head_bytes = self._head_raw = self._head_count = 0
-            if self._head_timer is None:
-                self._arm_head_timer()
-
-        def on_url(self, url: bytes) -> None:
-            super().on_url(url)
-            self._head_bytes += len(url)
-            self._check_head_size()
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            if self._refused:
-                return
-            super().on_header(name, value)
-            self._head_bytes += len(name) + len(value) + 4
-            self._head_count += 1
-            self._check_head_size()
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            self._disarm_head_timer()
-            if self._refused:
-                return
-            super().on_headers_complete()
-
-        def on_body(self, body: bytes) -> None:
-            if not self._refused:
-                super().on_body(body)
-
-        def on_message_complete(self) -> None:
-            if not self._refused:
-                super().on_message_complete()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing() and not self.pipeline:
-                idle.add(self)
-                while len(idle) > limits.max_idle_connections and idle.close_oldest(spare=self):
-                    pass
-
-        # -- limits
+    class LimitedHttpToolsProtocol(_LimitedProtocol):
+        _limits = limits
+        _idle = _IdleConnections()
 
         def _check_head_size(self) -> None:
             if self._refused:
                 return
             size = max(self._head_bytes, self._head_raw)
-            if size > limits.max_header_bytes or self._head_count > limits.max_headers:
-                self._refuse(
-                    _response(
-                        431,
-                        "Request Header Fields Too Large",
-                        "request_header_fields_too_large",
-                        f"The request head is over {limits.max_header_bytes} bytes or "
-                        f"{limits.max_headers} headers.",
-                    )
-                )
-
-        def _arm_head_timer(self) -> None:
-            self._disarm_head_timer()
-            self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timed_out)
-
-        def _disarm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self.cycle is not None and not self.cycle.response_complete:
-                # A pipelined head while an earlier request is still answered: wait for it.
-                self._arm_head_timer()
-                return
-            if self._in_head:
-                self._refuse(
-                    _response(
-                        408,
-                        "Request Timeout",
-                        "request_timeout",
-                        f"The request head did not arrive within {limits.header_timeout:g} seconds.",
-                    )
-                )
-            else:
-                self._refuse(b"")  # connected and sent nothing: just close
-
-        def _refuse(self, response: bytes) -> None:
-            """Answer (if `response`) and close; nothing more from this connection is parsed."""
-            self._refused = True
-            self._disarm_head_timer()
-            idle.discard(self)
-            if not self.transport.is_closing():
-                if response:
-                    self.transport.write(response)
-                self.transport.close()
+            if size > max_header_bytes or self._head_count > max_headers:
+                self._refuse(_head_too_large(limits))
 
     return LimitedHttpToolsProtocol

@@ -13,13 +13,16 @@ exists.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
+
+from codexgate.redact import Redactor, redact_url, url_secrets
 
 Item = dict[str, Any]
 
@@ -38,6 +41,16 @@ class StoredResponse:
     response: dict[str, Any]  # the response object of the terminal event, as `GET` returns it
     size: int = 0  # bytes as stored; set by the store
 
+    def item_ids(self) -> list[str]:
+        """The ids of the input and output items, each once, in order (items without a string
+        id cannot be referenced, so they are not indexed)."""
+        seen: dict[str, None] = {}
+        for item in (*self.input, *self.output):
+            item_id = item.get("id")
+            if isinstance(item_id, str):
+                seen.setdefault(item_id, None)
+        return list(seen)
+
 
 @dataclass(slots=True)
 class Retention:
@@ -46,6 +59,13 @@ class Retention:
 
     max_age: float | None = 30 * 24 * 3600.0
     max_bytes: int | None = 1 << 30
+
+    def oldest_kept(self, now: float | None = None) -> float:
+        """The smallest `created_at` still within `max_age` (-inf without an age limit): reads
+        compare against it, so an expired record is never returned even before `prune` runs."""
+        if self.max_age is None:
+            return -math.inf
+        return (time.time() if now is None else now) - self.max_age
 
 
 @dataclass(slots=True)
@@ -111,7 +131,11 @@ class StoreError(Exception):
 
 
 # Helpers shared by the implementations: one encoding of a record's body, so a record moved
-# between stores keeps its size, and one reading of the retention.
+# between stores keeps its size, one row of it for the SQL stores, and one reading of the
+# retention.
+
+# A record's row in the SQL stores (SQLite, PostgreSQL), in this order (`record_of_row`).
+RECORD_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
 
 
 def encode_body(record: StoredResponse) -> bytes:
@@ -119,38 +143,21 @@ def encode_body(record: StoredResponse) -> bytes:
     return orjson.dumps({"input": record.input, "output": record.output, "response": record.response})
 
 
-def decode_body(
-    body: bytes,
-    *,
-    response_id: str,
-    owner: str,
-    created_at: float,
-    previous_response_id: str | None,
-    size: int,
-) -> StoredResponse:
-    """The record whose body `encode_body` made."""
+def record_of_row(row: Iterable[Any]) -> StoredResponse:
+    """The record of a row of RECORD_COLUMNS (a tuple, an asyncpg Record), its body made by
+    `encode_body`."""
+    response_id, owner, created_at, previous, size, body = row
     data = orjson.loads(body)
     return StoredResponse(
         id=response_id,
         owner=owner,
         created_at=created_at,
-        previous_response_id=previous_response_id,
+        previous_response_id=previous,
         input=data["input"],
         output=data["output"],
         response=data["response"],
         size=size,
     )
-
-
-def item_ids(record: StoredResponse) -> list[str]:
-    """The ids of `record`'s input and output items, each once, in order (items without a
-    string id cannot be referenced, so they are not indexed)."""
-    seen: dict[str, None] = {}
-    for item in (*record.input, *record.output):
-        item_id = item.get("id")
-        if isinstance(item_id, str):
-            seen.setdefault(item_id, None)
-    return list(seen)
 
 
 def pick_items(records: Iterable[StoredResponse], wanted: Iterable[str]) -> dict[str, Item]:
@@ -167,9 +174,38 @@ def pick_items(records: Iterable[StoredResponse], wanted: Iterable[str]) -> dict
     return found
 
 
-def oldest_kept(retention: Retention, now: float | None = None) -> float:
-    """The smallest `created_at` still within `max_age` (-inf without an age limit): reads
-    compare against it, so an expired record is never returned even before `prune` runs."""
-    if retention.max_age is None:
-        return -math.inf
-    return (time.time() if now is None else now) - retention.max_age
+Client = TypeVar("Client")
+
+
+class ServerStore(Generic[Client]):
+    """What the stores on a server (Redis, PostgreSQL) share: their driver's client while
+    open, where they are, in words with the URL's secrets redacted, and the driver's errors as
+    StoreError."""
+
+    kind: ClassVar[str]  # "Redis", "PostgreSQL"
+    driver_errors: ClassVar[tuple[type[Exception], ...]]  # what the driver raises
+
+    def __init__(self, url: str) -> None:
+        self._redactor = Redactor(url_secrets(url))
+        self._where = f"the {self.kind} store at {redact_url(url)}"
+        self._client: Client | None = None  # set by `open`, None again once closed
+
+    @property
+    def _db(self) -> Client:
+        """The open client (a pool of connections). Raises StoreError when the store is not
+        open."""
+        if self._client is None:
+            raise self._not_open()
+        return self._client
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Raises StoreError for an error of the driver, saying what failed (`doing`: "read")."""
+        try:
+            yield
+        except self.driver_errors as exc:
+            detail = self._redactor.redact(str(exc) or type(exc).__name__)
+            raise StoreError(f"cannot {doing} {self._where}: {detail}") from exc
+
+    def _not_open(self) -> StoreError:
+        return StoreError(f"{self._where} is not open")

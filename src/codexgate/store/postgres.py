@@ -13,26 +13,23 @@ two gateways writing the same records lock them in the same order and never dead
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 
-from codexgate.redact import Redactor, redact_url, url_secrets
+from codexgate.redact import redact_url
 from codexgate.store.base import (
     MAX_CHAIN,
+    RECORD_COLUMNS,
     Item,
     Retention,
+    ServerStore,
     StoredResponse,
-    StoreError,
     StoreStats,
-    decode_body,
     encode_body,
-    item_ids,
-    oldest_kept,
     pick_items,
+    record_of_row,
 )
 
 _SCHEMA_LOCK = 0x636F6465786761  # an advisory lock id: two gateways creating tables at once wait
@@ -59,10 +56,9 @@ CREATE INDEX IF NOT EXISTS codexgate_items_by_response ON codexgate_items (owner
 CREATE TABLE IF NOT EXISTS codexgate_meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
 """
 
-_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
 
 _UPSERT = f"""
-INSERT INTO codexgate_responses ({_COLUMNS})
+INSERT INTO codexgate_responses ({RECORD_COLUMNS})
 SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[], $5::int[], $6::bytea[])
 ON CONFLICT (owner, id) DO UPDATE SET created_at = excluded.created_at,
     previous_response_id = excluded.previous_response_id, size = excluded.size, body = excluded.body
@@ -87,12 +83,12 @@ WITH RECURSIVE chain(depth, owner, id, prev) AS (
         JOIN codexgate_responses AS r ON r.owner = $1 AND r.id = chain.prev
         WHERE chain.depth + 1 < $4 AND r.created_at >= $3
 )
-SELECT {", ".join("r." + c for c in _COLUMNS.split(", "))}
+SELECT {", ".join("r." + c for c in RECORD_COLUMNS.split(", "))}
 FROM chain JOIN codexgate_responses AS r USING (owner, id) ORDER BY chain.depth DESC
 """
 
 _ITEMS = f"""
-SELECT {_COLUMNS} FROM codexgate_responses WHERE (owner, id) IN (
+SELECT {RECORD_COLUMNS} FROM codexgate_responses WHERE (owner, id) IN (
     SELECT owner, response_id FROM codexgate_items WHERE owner = $1 AND item_id = ANY($2::text[])
 ) AND created_at >= $3 ORDER BY created_at DESC, id DESC
 """
@@ -116,49 +112,24 @@ class _Put:
         self.record, self.body, self.future = record, body, future
 
 
-def _row_record(row: asyncpg.Record) -> StoredResponse:
-    return decode_body(
-        row["body"],
-        response_id=row["id"],
-        owner=row["owner"],
-        created_at=row["created_at"],
-        previous_response_id=row["previous_response_id"],
-        size=row["size"],
-    )
-
-
 def _count(status: str) -> int:
     """The row count of a command status such as "DELETE 3"."""
     return int(status.rsplit(" ", 1)[-1])
 
 
-class PostgresStore:
+class PostgresStore(ServerStore[asyncpg.Pool]):
     name = "postgres"
+    kind = "PostgreSQL"
+    driver_errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, ValueError)
 
     def __init__(self, dsn: str, retention: Retention) -> None:
+        super().__init__(dsn)
         self.dsn = dsn
         self.retention = retention
-        self._pool: asyncpg.Pool | None = None
-        self._redactor = Redactor(url_secrets(dsn))
         self._secret: bytes | None = None
         self._pending: list[_Put] = []
         self._flusher: asyncio.Task[None] | None = None
         self.commits = 0  # put transactions committed (for tests and benchmarks)
-
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, ValueError) as exc:
-            detail = self._redactor.redact(str(exc) or type(exc).__name__)
-            where = redact_url(self.dsn)
-            raise StoreError(f"cannot {doing} the PostgreSQL store at {where}: {detail}") from exc
-
-    @property
-    def _db(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise StoreError(f"the PostgreSQL store at {redact_url(self.dsn)} is not open")
-        return self._pool
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -181,14 +152,14 @@ class PostgresStore:
             except BaseException:
                 await pool.close()
                 raise
-        self._pool, self._secret = pool, value
+        self._client, self._secret = pool, value
 
     async def close(self) -> None:
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     # -- puts, grouped -----------------------------------------------------------------------
 
@@ -246,7 +217,7 @@ class PostgresStore:
             latest[(put.record.owner, put.record.id)] = put
         puts = [latest[key] for key in sorted(latest)]
         records = [p.record for p in puts]
-        items = [(r.owner, item_id, r.id) for r in records for item_id in item_ids(r)]
+        items = [(r.owner, item_id, r.id) for r in records for item_id in r.item_ids()]
         with self._errors("write to"):
             async with self._db.acquire() as conn, conn.transaction():
                 await conn.execute(
@@ -268,26 +239,26 @@ class PostgresStore:
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         with self._errors("read"):
             row = await self._db.fetchrow(
-                f"SELECT {_COLUMNS} FROM codexgate_responses"
+                f"SELECT {RECORD_COLUMNS} FROM codexgate_responses"
                 " WHERE owner = $1 AND id = $2 AND created_at >= $3",
                 owner,
                 response_id,
-                oldest_kept(self.retention),
+                self.retention.oldest_kept(),
             )
-        return None if row is None else _row_record(row)
+        return None if row is None else record_of_row(row)
 
     async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
         with self._errors("read"):
-            rows = await self._db.fetch(_CHAIN, owner, response_id, oldest_kept(self.retention), MAX_CHAIN)
-        return [_row_record(row) for row in rows]
+            rows = await self._db.fetch(_CHAIN, owner, response_id, self.retention.oldest_kept(), MAX_CHAIN)
+        return [record_of_row(row) for row in rows]
 
     async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))
         if not wanted:
             return {}
         with self._errors("read"):
-            rows = await self._db.fetch(_ITEMS, owner, wanted, oldest_kept(self.retention))
-        return pick_items((_row_record(row) for row in rows), wanted)
+            rows = await self._db.fetch(_ITEMS, owner, wanted, self.retention.oldest_kept())
+        return pick_items((record_of_row(row) for row in rows), wanted)
 
     async def delete(self, response_id: str, owner: str) -> bool:
         with self._errors("write to"):
@@ -301,7 +272,7 @@ class PostgresStore:
         with self._errors("write to"):
             async with self._db.acquire() as conn, conn.transaction():
                 status = await conn.execute(
-                    "DELETE FROM codexgate_responses WHERE created_at < $1", oldest_kept(self.retention)
+                    "DELETE FROM codexgate_responses WHERE created_at < $1", self.retention.oldest_kept()
                 )
                 removed += _count(status)
                 if self.retention.max_bytes is not None:
@@ -318,5 +289,5 @@ class PostgresStore:
 
     async def secret(self) -> bytes:
         if self._secret is None:
-            raise StoreError(f"the PostgreSQL store at {redact_url(self.dsn)} is not open")
+            raise self._not_open()
         return self._secret

@@ -20,9 +20,7 @@ drops the index entry (the earlier holder's copy is then no longer found by id).
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -30,16 +28,15 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from codexgate.redact import Redactor, redact_url, url_secrets
+from codexgate.redact import redact_url
 from codexgate.store.base import (
     MAX_CHAIN,
     Item,
     Retention,
+    ServerStore,
     StoredResponse,
     StoreError,
     StoreStats,
-    item_ids,
-    oldest_kept,
     pick_items,
 )
 
@@ -107,15 +104,16 @@ def _split_member(member: str) -> tuple[str, str]:
     return unquote(owner), unquote(response_id)
 
 
-class RedisStore:
+class RedisStore(ServerStore[aioredis.Redis]):
     name = "redis"
+    kind = "Redis"
+    driver_errors = (RedisError, OSError)
 
     def __init__(self, url: str, retention: Retention, prefix: str = "codexgate:") -> None:
+        super().__init__(url)
         self.url = url
         self.retention = retention
         self.prefix = prefix
-        self._redis: aioredis.Redis | None = None
-        self._redactor = Redactor(url_secrets(url))
         self._secret: bytes | None = None
         self._t = f"{prefix}t"
         self._m = f"{prefix}m"
@@ -128,20 +126,6 @@ class RedisStore:
 
     def _item_key(self, owner: str, item_id: str) -> str:
         return f"{self.prefix}i:{_member(owner, item_id)}"
-
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, OSError) as exc:
-            detail = self._redactor.redact(str(exc))
-            raise StoreError(f"cannot {doing} the Redis store at {redact_url(self.url)}: {detail}") from exc
-
-    @property
-    def _client(self) -> aioredis.Redis:
-        if self._redis is None:
-            raise StoreError(f"the Redis store at {redact_url(self.url)} is not open")
-        return self._redis
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -163,13 +147,13 @@ class RedisStore:
                 raise
         if not isinstance(value, bytes) or len(value) != 32:
             await client.aclose()
-            raise StoreError(f"the Redis store at {redact_url(self.url)} holds a damaged secret")
-        self._redis, self._secret = client, value
+            raise StoreError(f"{self._where} holds a damaged secret")
+        self._client, self._secret = client, value
 
     async def close(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -186,12 +170,12 @@ class RedisStore:
             }
         )
         record.size = len(value)
-        item_keys = [self._item_key(record.owner, item_id) for item_id in item_ids(record)]
+        item_keys = [self._item_key(record.owner, item_id) for item_id in record.item_ids()]
         max_age = self.retention.max_age
         expire_at = "" if max_age is None else str(int((record.created_at + max_age) * 1000))
         member = _member(record.owner, record.id)
         with self._errors("write to"):
-            await self._client.eval(
+            await self._db.eval(
                 _PUT,
                 4 + len(item_keys),
                 self._record_key(record.owner, record.id),
@@ -227,17 +211,17 @@ class RedisStore:
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         with self._errors("read"):
-            value = await self._client.get(self._record_key(owner, response_id))
-        return self._decode(value, oldest_kept(self.retention))
+            value = await self._db.get(self._record_key(owner, response_id))
+        return self._decode(value, self.retention.oldest_kept())
 
     async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         found: list[StoredResponse] = []
         next_id: str | None = response_id
         with self._errors("read"):
             # One lookup per link: each record names the next key to read.
             while next_id is not None and len(found) < MAX_CHAIN:
-                record = self._decode(await self._client.get(self._record_key(owner, next_id)), oldest)
+                record = self._decode(await self._db.get(self._record_key(owner, next_id)), oldest)
                 if record is None:
                     break
                 found.append(record)
@@ -249,13 +233,13 @@ class RedisStore:
         wanted = list(dict.fromkeys(item_ids))
         if not wanted:
             return {}
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         with self._errors("read"):
-            holders = await self._client.mget([self._item_key(owner, item_id) for item_id in wanted])
+            holders = await self._db.mget([self._item_key(owner, item_id) for item_id in wanted])
             response_ids = list(dict.fromkeys(h.decode() for h in holders if isinstance(h, bytes)))
             if not response_ids:
                 return {}
-            values = await self._client.mget([self._record_key(owner, rid) for rid in response_ids])
+            values = await self._db.mget([self._record_key(owner, rid) for rid in response_ids])
         records = [r for r in (self._decode(v, oldest) for v in values) if r is not None]
         records.sort(key=lambda r: r.created_at, reverse=True)
         return pick_items(records, wanted)
@@ -268,7 +252,7 @@ class RedisStore:
                 owner, response_id = _split_member(member)
                 args += [member, self._record_key(owner, response_id), response_id]
             with self._errors("write to"):
-                result = await self._client.eval(_REMOVE, 3, self._t, self._m, self._bytes, *args)
+                result = await self._db.eval(_REMOVE, 3, self._t, self._m, self._bytes, *args)
             entries += int(result[0])
             records += int(result[1])
         return entries, records
@@ -279,10 +263,10 @@ class RedisStore:
 
     async def prune(self) -> int:
         removed = 0
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         if self.retention.max_age is not None:
             with self._errors("read"):
-                old = await self._client.zrangebyscore(self._t, "-inf", f"({oldest!r}")
+                old = await self._db.zrangebyscore(self._t, "-inf", f"({oldest!r}")
             removed += (await self._remove([_text(m) for m in old]))[0]
         if self.retention.max_bytes is not None:
             removed += (await self._remove(await self._over_budget(self.retention.max_bytes)))[0]
@@ -291,16 +275,16 @@ class RedisStore:
     async def _over_budget(self, max_bytes: int) -> list[str]:
         """The members past `max_bytes`, counting sizes from the newest down."""
         with self._errors("read"):
-            total = int(await self._client.get(self._bytes) or 0)
+            total = int(await self._db.get(self._bytes) or 0)
             if total <= max_bytes:
                 return []
             running, start = 0, 0
             over: list[str] = []
             while True:
-                page = [_text(m) for m in await self._client.zrevrange(self._t, start, start + _PAGE - 1)]
+                page = [_text(m) for m in await self._db.zrevrange(self._t, start, start + _PAGE - 1)]
                 if not page:
                     return over
-                entries = await self._client.hmget(self._m, page)
+                entries = await self._db.hmget(self._m, page)
                 for member, entry in zip(page, entries, strict=True):
                     running += orjson.loads(entry)[0] if entry is not None else 0
                     if running > max_bytes:
@@ -309,12 +293,12 @@ class RedisStore:
 
     async def stats(self) -> StoreStats:
         with self._errors("read"):
-            count = await self._client.zcard(self._t)
-            total = await self._client.get(self._bytes)
+            count = await self._db.zcard(self._t)
+            total = await self._db.get(self._bytes)
         extra = {"url": redact_url(self.url), "prefix": self.prefix}
         return StoreStats(responses=int(count), bytes=int(total or 0), extra=extra)
 
     async def secret(self) -> bytes:
         if self._secret is None:
-            raise StoreError(f"the Redis store at {redact_url(self.url)} is not open")
+            raise self._not_open()
         return self._secret

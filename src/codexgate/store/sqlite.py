@@ -31,16 +31,15 @@ from typing import Any, TypeVar
 
 from codexgate.store.base import (
     MAX_CHAIN,
+    RECORD_COLUMNS,
     Item,
     Retention,
     StoredResponse,
     StoreError,
     StoreStats,
-    decode_body,
     encode_body,
-    item_ids,
-    oldest_kept,
     pick_items,
+    record_of_row,
 )
 
 T = TypeVar("T")
@@ -73,7 +72,6 @@ CREATE INDEX IF NOT EXISTS items_by_response ON items (owner, response_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
-_COLUMNS = "id, owner, created_at, previous_response_id, size, body"
 
 # Newest first, each with the sum of its own and all newer sizes: rows past `max_bytes`.
 _OVER_BUDGET = """
@@ -93,7 +91,7 @@ WITH RECURSIVE chain(depth, rid, prev) AS (
         JOIN responses AS r ON r.owner = :owner AND r.id = chain.prev
         WHERE chain.depth + 1 < :limit AND r.created_at >= :oldest
 )
-SELECT {_COLUMNS} FROM chain JOIN responses USING (rid) ORDER BY depth DESC
+SELECT {RECORD_COLUMNS} FROM chain JOIN responses USING (rid) ORDER BY depth DESC
 """
 
 
@@ -127,18 +125,6 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-
-
-def _row_record(row: tuple[Any, ...]) -> StoredResponse:
-    response_id, owner, created_at, previous, size, body = row
-    return decode_body(
-        body,
-        response_id=response_id,
-        owner=owner,
-        created_at=created_at,
-        previous_response_id=previous,
-        size=size,
-    )
 
 
 class _Write:
@@ -314,11 +300,11 @@ class SqliteStore:
     async def put(self, record: StoredResponse) -> None:
         body = encode_body(record)
         record.size = len(body)
-        ids = item_ids(record)
+        ids = record.item_ids()
 
         def put(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"INSERT INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO responses ({RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (owner, id) DO UPDATE SET created_at = excluded.created_at,"
                 " previous_response_id = excluded.previous_response_id, size = excluded.size,"
                 " body = excluded.body",
@@ -334,30 +320,30 @@ class SqliteStore:
         await self._write(put)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
 
         def get(conn: sqlite3.Connection) -> StoredResponse | None:
             row = conn.execute(
-                f"SELECT {_COLUMNS} FROM responses WHERE owner = ? AND id = ? AND created_at >= ?",
+                f"SELECT {RECORD_COLUMNS} FROM responses WHERE owner = ? AND id = ? AND created_at >= ?",
                 (owner, response_id, oldest),
             ).fetchone()
-            return None if row is None else _row_record(row)
+            return None if row is None else record_of_row(row)
 
         return await self._read(get)
 
     async def chain(self, response_id: str, owner: str) -> list[StoredResponse]:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         params = {"owner": owner, "id": response_id, "oldest": oldest, "limit": MAX_CHAIN}
 
         def chain(conn: sqlite3.Connection) -> list[StoredResponse]:
-            return [_row_record(row) for row in conn.execute(_CHAIN, params)]
+            return [record_of_row(row) for row in conn.execute(_CHAIN, params)]
 
         return await self._read(chain)
 
     async def items(self, item_ids: list[str], owner: str) -> dict[str, Item]:
         if not item_ids:
             return {}
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         wanted = list(dict.fromkeys(item_ids))
 
         def items(conn: sqlite3.Connection) -> dict[str, Item]:
@@ -366,7 +352,7 @@ class SqliteStore:
             for start in range(0, len(wanted), 500):
                 part = wanted[start : start + 500]
                 rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM responses WHERE rid IN ("
+                    f"SELECT {RECORD_COLUMNS} FROM responses WHERE rid IN ("
                     "  SELECT r.rid FROM items AS i"
                     "  JOIN responses AS r ON r.owner = i.owner AND r.id = i.response_id"
                     f"  WHERE i.owner = ? AND i.item_id IN ({','.join('?' * len(part))})"
@@ -374,7 +360,7 @@ class SqliteStore:
                     ") ORDER BY created_at DESC, rid DESC",
                     (owner, *part, oldest),
                 ).fetchall()
-                records += [_row_record(row) for row in rows]
+                records += [record_of_row(row) for row in rows]
             return pick_items(records, wanted)
 
         return await self._read(items)
@@ -387,7 +373,7 @@ class SqliteStore:
         return await self._write(delete)
 
     async def prune(self) -> int:
-        oldest = oldest_kept(self.retention)
+        oldest = self.retention.oldest_kept()
         max_bytes = self.retention.max_bytes
 
         def prune(conn: sqlite3.Connection) -> int:

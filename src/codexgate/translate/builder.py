@@ -89,8 +89,8 @@ class ResponseBuilder:
         self._now = now
         self._reasoning_blob = reasoning_blob
         self._mark_cuts = mark_cuts
-        self._seq = 0
-        self._events: list[Event] = []
+        self._events: list[Event] = []  # made since the last take()
+        self._seq = 0  # the next event's sequence_number
         self._output: list[dict[str, Any]] = []  # finished items, by output_index
         self._next_index = 0
         self._message: _OpenText | None = None
@@ -122,67 +122,60 @@ class ResponseBuilder:
         m = self._message
         if m is None:
             self._close_reasoning()
-            self._message = m = _OpenText(self._take_index(), self._new_id("msg"))
+            item_id = self._new_id("msg")
             item = {
                 "type": "message",
-                "id": m.item_id,
+                "id": item_id,
                 "status": "in_progress",
                 "role": "assistant",
                 "content": [],
             }
-            self._event("response.output_item.added", output_index=m.index, item=item)
-            self._event(
-                "response.content_part.added",
-                item_id=m.item_id,
-                output_index=m.index,
-                content_index=0,
-                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
-            )
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            self._message = m = self._open_text(item, "response.content_part.added", "content_index", part)
         m.parts.append(delta)
         # The event of every answer delta: one dict literal, in `_event`'s key order, rather
         # than `_event`'s keyword dict plus update (about half this method's cost).
         seq = self._seq
         self._seq = seq + 1
-        self._events.append(
-            {
-                "type": "response.output_text.delta",
-                "sequence_number": seq,
-                "item_id": m.item_id,
-                "output_index": m.index,
-                "content_index": 0,
-                "delta": delta,
-                "logprobs": [],
-            }
-        )
+        self._events.append({
+            "type": "response.output_text.delta", "sequence_number": seq,
+            "item_id": m.item_id, "output_index": m.index, "content_index": 0, "delta": delta, "logprobs": [],
+        })  # fmt: skip
 
     def reasoning(self, delta: str) -> None:
         """Reasoning text: opens a reasoning item (closing any message) when none is open."""
         r = self._reasoning
         if r is None:
             self._close_message()
-            self._reasoning = r = _OpenText(self._take_index(), self._new_id("rs"))
-            item = {"type": "reasoning", "id": r.item_id, "summary": [], "status": "in_progress"}
-            self._event("response.output_item.added", output_index=r.index, item=item)
-            self._event(
-                "response.reasoning_summary_part.added",
-                item_id=r.item_id,
-                output_index=r.index,
-                summary_index=0,
-                part={"type": "summary_text", "text": ""},
+            item_id = self._new_id("rs")
+            item = {"type": "reasoning", "id": item_id, "summary": [], "status": "in_progress"}
+            part = {"type": "summary_text", "text": ""}
+            self._reasoning = r = self._open_text(
+                item, "response.reasoning_summary_part.added", "summary_index", part
             )
         r.parts.append(delta)
         seq = self._seq  # as in text(): one dict literal per delta
         self._seq = seq + 1
-        self._events.append(
-            {
-                "type": "response.reasoning_summary_text.delta",
-                "sequence_number": seq,
-                "item_id": r.item_id,
-                "output_index": r.index,
-                "summary_index": 0,
-                "delta": delta,
-            }
-        )
+        self._events.append({
+            "type": "response.reasoning_summary_text.delta", "sequence_number": seq,
+            "item_id": r.item_id, "output_index": r.index, "summary_index": 0, "delta": delta,
+        })  # fmt: skip
+
+    def _open_text(
+        self, item: dict[str, Any], part_added: str, part_index: str, part: dict[str, Any]
+    ) -> _OpenText:
+        """`item` (a message or reasoning) opened, with its first part: `part_added` is that
+        part's event, `part_index` the name of its index there."""
+        index = self._take_index()
+        item_id = item["id"]
+        self._event("response.output_item.added", output_index=index, item=item)
+        seq = self._seq  # a dict literal, as for a delta: its index has no fixed name
+        self._seq = seq + 1
+        self._events.append({
+            "type": part_added, "sequence_number": seq, "item_id": item_id, "output_index": index,
+            part_index: 0, "part": part,
+        })  # fmt: skip
+        return _OpenText(index, item_id)
 
     def close_text(self) -> None:
         """Close the open reasoning and message items (a tool call follows them)."""
@@ -335,17 +328,7 @@ class ResponseBuilder:
         self._message = None
         text = m.parts.text()
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        self._event(
-            "response.output_text.done",
-            item_id=m.item_id,
-            output_index=m.index,
-            content_index=0,
-            text=text,
-            logprobs=[],
-        )
-        self._event(
-            "response.content_part.done", item_id=m.item_id, output_index=m.index, content_index=0, part=part
-        )
+        self._close_part(m, "content_index", "response.output_text.done", "response.content_part.done", part)
         item = {"type": "message", "id": m.item_id, "status": status, "role": "assistant", "content": [part]}
         self._done_item(m.index, item)
 
@@ -356,19 +339,12 @@ class ResponseBuilder:
         self._reasoning = None
         text = r.parts.text()
         part = {"type": "summary_text", "text": text}
-        self._event(
+        self._close_part(
+            r,
+            "summary_index",
             "response.reasoning_summary_text.done",
-            item_id=r.item_id,
-            output_index=r.index,
-            summary_index=0,
-            text=text,
-        )
-        self._event(
             "response.reasoning_summary_part.done",
-            item_id=r.item_id,
-            output_index=r.index,
-            summary_index=0,
-            part=part,
+            part,
         )
         item: dict[str, Any] = {"type": "reasoning", "id": r.item_id, "summary": [part]}
         if not override and self._reasoning_blob is not None:
@@ -376,6 +352,28 @@ class ResponseBuilder:
         if encrypted_content is not None:
             item["encrypted_content"] = encrypted_content
         self._done_item(r.index, item)
+
+    def _close_part(
+        self, t: _OpenText, part_index: str, text_done: str, part_done: str, part: dict[str, Any]
+    ) -> None:
+        """The events that end the one part of an open message or reasoning item: `text_done`
+        with its text (and, for a message's, its empty `logprobs`), then `part_done` with the
+        `part` itself. `part_index`: the name of the part's index in them. Dict literals, as in
+        `_open_text`."""
+        seq = self._seq
+        self._seq = seq + 2
+        item_id, index = t.item_id, t.index
+        done = {
+            "type": text_done, "sequence_number": seq, "item_id": item_id, "output_index": index,
+            part_index: 0, "text": part["text"],
+        }  # fmt: skip
+        if "logprobs" in part:
+            done["logprobs"] = []
+        self._events.append(done)
+        self._events.append({
+            "type": part_done, "sequence_number": seq + 1, "item_id": item_id, "output_index": index,
+            part_index: 0, "part": part,
+        })  # fmt: skip
 
     def _done_item(self, index: int, item: dict[str, Any]) -> None:
         self._output[index] = item

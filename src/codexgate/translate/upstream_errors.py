@@ -120,40 +120,50 @@ def classify(
         status = int(code)  # in-stream errors often carry the HTTP status as their code
     retry_after = parse_retry_after(headers, message)
     text = message or f"upstream answered HTTP {status}"
-    detail = f"Upstream error: {text}"
+    return _worded(_class_of(code, kind, text, status), text, status, retry_after, url, upstream)
 
-    cls: type[UpstreamError] | None = None
+
+def _class_of(code: str | None, kind: str | None, text: str, status: int) -> type[UpstreamError]:
+    """The upstream's `code` or `type` decides first, then its prose, then the status."""
     for key in (code, kind):
         if key and key in _BY_CODE:
-            cls = _BY_CODE[key]
-            break
-    if cls is None:
-        for pattern, pattern_cls in PROSE_PATTERNS:
-            if pattern.search(text):
-                cls = pattern_cls
-                break
-    if cls is None:
-        if status == 429:
-            cls = RateLimited
-        elif status in (401, 403):
-            cls = UpstreamAuthError
-        elif status == 404:
-            # No word of a model in it: the path itself is unknown, so the base URL is wrong.
-            where = f" at {url}" if url else ""
-            return UpstreamWrongURL(
-                f"The upstream answered 404 Not Found{where}, with no sign of an unknown model: the "
-                "upstream URL is probably wrong. It must be the API base the gateway appends "
-                f"/chat/completions to, such as http://127.0.0.1:11434/v1. Upstream said: {text[:300]}"
-            )
-        elif status == 503:
-            cls = Overloaded
-        elif status >= 500 or status == 0:
-            cls = UpstreamServerError
-        elif status == 413:
-            cls = ContextLengthExceeded
-        else:
-            cls = UpstreamBadRequest
+            return _BY_CODE[key]
+    for pattern, cls in PROSE_PATTERNS:
+        if pattern.search(text):
+            return cls
+    if status == 429:
+        return RateLimited
+    if status in (401, 403):
+        return UpstreamAuthError
+    if status == 404:
+        # No word of a model in it: the path itself is unknown, so the base URL is wrong.
+        return UpstreamWrongURL
+    if status == 503:
+        return Overloaded
+    if status >= 500 or status == 0:
+        return UpstreamServerError
+    if status == 413:
+        return ContextLengthExceeded
+    return UpstreamBadRequest
 
+
+def _worded(
+    cls: type[UpstreamError],
+    text: str,
+    status: int,
+    retry_after: float | None,
+    url: str | None,
+    upstream: str | None,
+) -> UpstreamError:
+    """The exception of `cls` for the upstream's `text`, worded so that the user (or Codex)
+    knows what to do about it."""
+    if cls is UpstreamWrongURL:
+        where = f" at {url}" if url else ""
+        return UpstreamWrongURL(
+            f"The upstream answered 404 Not Found{where}, with no sign of an unknown model: the "
+            "upstream URL is probably wrong. It must be the API base the gateway appends "
+            f"/chat/completions to, such as http://127.0.0.1:11434/v1. Upstream said: {text[:300]}"
+        )
     if cls is UpstreamAuthError:
         name = f"upstream {upstream!r}" if upstream else "the upstream"
         return UpstreamAuthError(
@@ -161,6 +171,7 @@ def classify(
             f"{text}. Check the key codexgate sends it (api_key_env / --upstream-api-key-env).",
             retry_after=retry_after,
         )
+    detail = f"Upstream error: {text}"
     if cls is RateLimited:
         wait = retry_after if retry_after is not None else 1.0
         if not _TRY_AGAIN.search(detail):

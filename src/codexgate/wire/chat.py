@@ -18,11 +18,19 @@ chat field becomes a canonical field nested no deeper, so the canonical request 
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Any, NoReturn
 
 from codexgate.errors import InvalidRequest
-from codexgate.wire.checks import NUMBER, check_metadata, check_optional, check_type, stop_sequences
+from codexgate.wire.checks import (
+    NUMBER,
+    check_metadata,
+    check_model,
+    check_optional,
+    check_type,
+    is_tool_choice_mode,
+    required_field,
+    stop_sequences,
+)
 from codexgate.wire.responses import check_depth
 
 __all__ = [
@@ -75,8 +83,7 @@ _REFUSED_FIELDS = {
 # Every top-level field the chat face reads; the others travel in `ResponsesRequest.extra`.
 _OTHER_FIELDS = frozenset(("model", "messages", "tool_choice", "function_call", "stop"))
 KNOWN_CHAT_FIELDS = frozenset(_TYPED_FIELDS) | frozenset(_REFUSED_FIELDS) | _OTHER_FIELDS
-_TOOL_CHOICE_MODES = frozenset(("none", "auto", "required"))
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_USER_PARTS = ("text", "image_url")  # the parts a user message may have
 
 
 def _required(obj: dict[str, Any], name: str, expected: type | tuple[type, ...], param: str) -> Any:
@@ -98,14 +105,7 @@ def validate_chat_request(data: dict[str, Any]) -> None:
     a wrong type or value of a known field, a missing required one, or a field asking for
     what the gateway cannot carry."""
     check_depth(data)
-    model = data.get("model")
-    if model is None:
-        raise InvalidRequest("Missing required parameter: 'model'.", param="model")
-    check_type(model, str, "model")
-    if not model:
-        raise InvalidRequest("'model' must not be empty.", param="model")
-    if _CONTROL.search(model):
-        raise InvalidRequest("'model' must not contain control characters.", param="model")
+    check_model(data)
 
     for name, expected in _TYPED_FIELDS.items():
         value = data.get(name)
@@ -113,13 +113,7 @@ def validate_chat_request(data: dict[str, Any]) -> None:
             check_type(value, expected, name)
     _check_refusals(data)
 
-    messages = data.get("messages")
-    if messages is None:
-        raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
-    check_type(messages, list, "messages")
-    if not messages:
-        raise InvalidRequest("'messages' must not be empty.", param="messages")
-    for index, message in enumerate(messages):
+    for index, message in enumerate(required_field(data, "messages", list)):
         _check_message(message, f"messages[{index}]")
 
     for name in ("max_completion_tokens", "max_tokens"):
@@ -198,25 +192,26 @@ def _check_message(message: Any, param: str) -> None:
     if role == "user":
         if content is None:
             raise InvalidRequest(f"Missing required parameter: '{content_param}'.", param=content_param)
-        _check_user_content(content, content_param)
+        _check_content(content, content_param, _USER_PARTS)
     elif role in ("system", "developer"):
         if content is None:
             raise InvalidRequest(f"Missing required parameter: '{content_param}'.", param=content_param)
-        _check_text_content(content, content_param, ("text",))
+        _check_content(content, content_param, ("text",))
     elif role == "assistant":
         _check_assistant(message, param)
     elif role == "tool":
         _required(message, "tool_call_id", str, param)
         if content is None:
             raise InvalidRequest(f"Missing required parameter: '{content_param}'.", param=content_param)
-        _check_text_content(content, content_param, ("text",))
+        _check_content(content, content_param, ("text",))
     else:  # function: the legacy form of a tool output
         _required(message, "name", str, param)
         check_optional(message, "content", str, param)
 
 
-def _check_text_content(content: Any, param: str, kinds: tuple[str, ...]) -> None:
-    """A string, or an array of parts of the `kinds` given (text, and refusal for assistants)."""
+def _check_content(content: Any, param: str, kinds: tuple[str, ...]) -> None:
+    """A string, or an array of parts of the `kinds` given: text, refusal for assistants,
+    image_url for users (_USER_PARTS)."""
     if isinstance(content, str):
         return
     if not isinstance(content, list):
@@ -226,50 +221,38 @@ def _check_text_content(content: Any, param: str, kinds: tuple[str, ...]) -> Non
         part = _object(part, part_param)
         kind = _required(part, "type", str, part_param)
         if kind not in kinds:
-            raise InvalidRequest(
-                f"Invalid value for '{part_param}.type': expected {' or '.join(kinds)}.",
-                param=f"{part_param}.type",
-            )
-        _required(part, kind, str, part_param)  # {"type":"text","text":...}, {"type":"refusal","refusal":...}
-
-
-def _check_user_content(content: Any, param: str) -> None:
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise InvalidRequest(f"Invalid type for '{param}': expected a string or an array.", param=param)
-    for index, part in enumerate(content):
-        part_param = f"{param}[{index}]"
-        part = _object(part, part_param)
-        kind = _required(part, "type", str, part_param)
-        if kind == "text":
-            _required(part, "text", str, part_param)
-        elif kind == "image_url":
+            _refuse_part(kind, kinds, part_param)
+        if kind == "image_url":
             image = _required(part, "image_url", dict, part_param)
             _required(image, "url", str, f"{part_param}.image_url")
             check_optional(image, "detail", str, f"{part_param}.image_url")
-        elif kind == "input_audio":
+        else:  # {"type":"text","text":...}, {"type":"refusal","refusal":...}
+            _required(part, kind, str, part_param)
+
+
+def _refuse_part(kind: str, kinds: tuple[str, ...], param: str) -> NoReturn:
+    """Raises InvalidRequest for a part of a kind not among `kinds`, saying why where the
+    gateway knows the kind (a user's audio or file)."""
+    expected = " or ".join(kinds)
+    if kinds is _USER_PARTS:
+        if kind == "input_audio":
             raise InvalidRequest(
-                f"'{part_param}' is an audio part: the gateway cannot carry audio input; "
+                f"'{param}' is an audio part: the gateway cannot carry audio input; "
                 "send a transcript as text.",
-                param=part_param,
+                param=param,
             )
-        elif kind == "file":
+        if kind == "file":
             raise InvalidRequest(
-                f"'{part_param}' is a file part: the gateway cannot carry files; send their text.",
-                param=part_param,
+                f"'{param}' is a file part: the gateway cannot carry files; send their text.", param=param
             )
-        else:
-            raise InvalidRequest(
-                f"Invalid value for '{part_param}.type': expected text, image_url, input_audio or file.",
-                param=f"{part_param}.type",
-            )
+        expected = "text, image_url, input_audio or file"
+    raise InvalidRequest(f"Invalid value for '{param}.type': expected {expected}.", param=f"{param}.type")
 
 
 def _check_assistant(message: dict[str, Any], param: str) -> None:
     content = message.get("content")
     if content is not None:
-        _check_text_content(content, f"{param}.content", ("text", "refusal"))
+        _check_content(content, f"{param}.content", ("text", "refusal"))
     for name in ("refusal", "reasoning_content", "reasoning"):
         check_optional(message, name, str, param)
     if message.get("audio") is not None:
@@ -350,12 +333,7 @@ def _check_custom_tool(custom: dict[str, Any], param: str) -> None:
 
 
 def _check_tool_choice(choice: Any) -> None:
-    if isinstance(choice, str):
-        if choice not in _TOOL_CHOICE_MODES:
-            raise InvalidRequest(
-                "Invalid value for 'tool_choice': expected none, auto, required or an object.",
-                param="tool_choice",
-            )
+    if is_tool_choice_mode(choice):
         return
     choice = _object(choice, "tool_choice")
     kind = _required(choice, "type", str, "tool_choice")

@@ -4,6 +4,7 @@ Each raises InvalidRequest naming the parameter."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -16,9 +17,13 @@ __all__ = [
     "MAX_METADATA_VALUE_CHARS",
     "MAX_STOP_SEQUENCES",
     "NUMBER",
+    "TOOL_CHOICE_MODES",
     "check_metadata",
+    "check_model",
     "check_optional",
     "check_type",
+    "is_tool_choice_mode",
+    "required_field",
     "decode_json_object",
     "stop_sequences",
 ]
@@ -30,6 +35,8 @@ MAX_METADATA_VALUE_CHARS = 512
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit on `stop`
 
 NUMBER = (int, float)
+TOOL_CHOICE_MODES = frozenset(("none", "auto", "required"))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _JSON_NAMES = {
     str: "a string",
     list: "an array",
@@ -60,6 +67,38 @@ def check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, 
     if value is not None:
         check_type(value, expected, f"{param}.{name}")
     return value
+
+
+def required_field(data: dict[str, Any], name: str, expected: type) -> Any:
+    """`data[name]`: present, of the `expected` JSON type, and not empty."""
+    value = data.get(name)
+    if value is None:
+        raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    check_type(value, expected, name)
+    if not value:
+        raise InvalidRequest(f"'{name}' must not be empty.", param=name)
+    return value
+
+
+def check_model(data: dict[str, Any]) -> str:
+    """`model`: a string, not empty, without control characters."""
+    model = required_field(data, "model", str)
+    if _CONTROL.search(model):
+        raise InvalidRequest("'model' must not contain control characters.", param="model")
+    return str(model)
+
+
+def is_tool_choice_mode(choice: Any) -> bool:
+    """Whether `tool_choice` is a mode (none, auto, required) rather than an object. Raises
+    InvalidRequest for a string that is no mode."""
+    if not isinstance(choice, str):
+        return False
+    if choice not in TOOL_CHOICE_MODES:
+        raise InvalidRequest(
+            "Invalid value for 'tool_choice': expected none, auto, required or an object.",
+            param="tool_choice",
+        )
+    return True
 
 
 def check_metadata(metadata: dict[str, Any]) -> None:

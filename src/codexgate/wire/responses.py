@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from codexgate.errors import InvalidRequest
-from codexgate.wire.checks import NUMBER, check_metadata, check_optional, check_type, stop_sequences
+from codexgate.wire.checks import (
+    NUMBER,
+    check_metadata,
+    check_model,
+    check_optional,
+    check_type,
+    is_tool_choice_mode,
+    stop_sequences,
+)
 
 Item = dict[str, Any]
 
@@ -37,7 +45,6 @@ _ITEM_REQUIRED: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "item_reference": (("id", str),),  # resolved from the store (server/state.py)
 }
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Deepest nesting accepted, the body itself being level 1. Codex's deepest part is a tool's
 # JSON schema (~10 levels); 64 leaves room for any real schema and keeps every echo of the
@@ -72,24 +79,24 @@ class ResponsesRequest:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_TYPED_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    # name: (accepted JSON types, may be null)
-    "instructions": (str, True),
-    "tools": (list, True),
-    "parallel_tool_calls": (bool, True),
-    "stream": (bool, True),
-    "reasoning": (dict, True),
-    "text": (dict, True),
-    "max_output_tokens": (int, True),
-    "temperature": ((int, float), True),
-    "top_p": ((int, float), True),
-    "store": (bool, True),
-    "previous_response_id": (str, True),
-    "metadata": (dict, True),
-    "prompt_cache_key": (str, True),
-    "service_tier": (str, True),
-    "user": (str, True),
-    "seed": (int, True),
+_TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
+    # name: accepted JSON types (null is always accepted)
+    "instructions": str,
+    "tools": list,
+    "parallel_tool_calls": bool,
+    "stream": bool,
+    "reasoning": dict,
+    "text": dict,
+    "max_output_tokens": int,
+    "temperature": NUMBER,
+    "top_p": NUMBER,
+    "store": bool,
+    "previous_response_id": str,
+    "metadata": dict,
+    "prompt_cache_key": str,
+    "service_tier": str,
+    "user": str,
+    "seed": int,
 }
 _KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop"}
 # Fields kept in `extra` (the canonical model has no slot for them: backends read them there)
@@ -114,7 +121,6 @@ _TYPED_EXTRAS: dict[str, type | tuple[type, ...]] = {
 _UNSERVED_INCLUDES = {
     "message.output_text.logprobs": "log probabilities are not carried back by the gateway",
 }
-_TOOL_CHOICES = frozenset(("none", "auto", "required"))
 _TEXT_FORMATS = frozenset(("text", "json_schema", "json_object"))
 _CUSTOM_FORMATS = frozenset(("text", "grammar"))
 # Fields whose meaning a gateway without them would silently change: refused when set.
@@ -193,71 +199,16 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     earlier request's, and its tools when they are the same, are not checked again: comparing
     them is C code and some 10x cheaper than walking them (1 MB of history: ~80 us instead of
     ~1 ms). Raises InvalidRequest naming the parameter."""
-    model = data.get("model")
-    if model is None:
-        raise InvalidRequest("Missing required parameter: 'model'.", param="model")
-    check_type(model, str, "model")
-    if not model:
-        raise InvalidRequest("'model' must not be empty.", param="model")
-    if _CONTROL.search(model):
-        raise InvalidRequest("'model' must not contain control characters.", param="model")
+    model = check_model(data)
     raw_input = data.get("input")
     raw_tools = data.get("tools")
-    known_items = 0
-    known_tools = False
-    if earlier is not None and isinstance(raw_input, list):
-        known_items = _common_prefix(raw_input, earlier.input)
-        known_tools = isinstance(raw_tools, list) and raw_tools == earlier.tools
-    if known_items or known_tools:
-        unchecked = dict(data)
-        if known_items and isinstance(raw_input, list):
-            unchecked["input"] = raw_input[known_items:]
-        if known_tools:
-            unchecked["tools"] = None
-        check_depth(unchecked)
-    else:
-        check_depth(data)
+    known_items, known_tools = _check_new_depth(data, raw_input, raw_tools, earlier)
     for name, why in _REFUSED_FIELDS.items():
         if data.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: {why}.", param=name)
-
-    if raw_input is None:
-        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
-    if isinstance(raw_input, str):
-        items: list[Item] = [{"type": "message", "role": "user", "content": raw_input}]
-    elif isinstance(raw_input, list):
-        items = raw_input
-        for index in range(known_items, len(items)):
-            _validate_item(items[index], f"input[{index}]")
-    else:
-        raise InvalidRequest("Invalid type for 'input': expected a string or an array.", param="input")
-
-    for name, (expected, nullable) in _TYPED_FIELDS.items():
-        value = data.get(name)
-        if value is None:
-            if name in data and not nullable:
-                raise InvalidRequest(f"'{name}' must not be null.", param=name)
-            continue
-        check_type(value, expected, name)
-    for name, kind in _TYPED_EXTRAS.items():
-        if data.get(name) is not None:
-            check_type(data[name], kind, name)
-    _validate_extras(data)
-
+    items = _input_items(raw_input, known_items)
     tools = raw_tools or []
-    if not known_tools:
-        for index, tool in enumerate(tools):
-            _validate_tool(tool, f"tools[{index}]")
-    tool_choice = data.get("tool_choice", "auto")
-    if tool_choice is not None:
-        _validate_tool_choice(tool_choice)
-    if data.get("reasoning") is not None:
-        for name in ("effort", "summary"):
-            check_optional(data["reasoning"], name, str, "reasoning")
-    if data.get("text") is not None:
-        _validate_text(data["text"])
-    if data.get("metadata") is not None:
-        check_metadata(data["metadata"])
+    tool_choice = _check_fields(data, tools, known_tools)
     stop = stop_sequences(data.get("stop"))
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
@@ -287,6 +238,69 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
     return req, known_items
+
+
+def _check_new_depth(
+    data: dict[str, Any], raw_input: Any, raw_tools: Any, earlier: ResponsesRequest | None
+) -> tuple[int, bool]:
+    """How many leading input items equal `earlier`'s, and whether its tools are the same.
+    What is new is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
+    known_items = 0
+    known_tools = False
+    if earlier is not None and isinstance(raw_input, list):
+        known_items = _common_prefix(raw_input, earlier.input)
+        known_tools = isinstance(raw_tools, list) and raw_tools == earlier.tools
+    if known_items or known_tools:
+        unchecked = dict(data)
+        if known_items and isinstance(raw_input, list):
+            unchecked["input"] = raw_input[known_items:]
+        if known_tools:
+            unchecked["tools"] = None
+        check_depth(unchecked)
+    else:
+        check_depth(data)
+    return known_items, known_tools
+
+
+def _input_items(raw_input: Any, known_items: int) -> list[Item]:
+    """`input` as items (a string is one user message), those after the `known_items` first
+    validated."""
+    if raw_input is None:
+        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+    if isinstance(raw_input, str):
+        return [{"type": "message", "role": "user", "content": raw_input}]
+    if not isinstance(raw_input, list):
+        raise InvalidRequest("Invalid type for 'input': expected a string or an array.", param="input")
+    for index in range(known_items, len(raw_input)):
+        _validate_item(raw_input[index], f"input[{index}]")
+    return raw_input
+
+
+def _check_fields(data: dict[str, Any], tools: list[Any], known_tools: bool) -> Any:
+    """The other fields: their JSON types, then the tools (unless `known_tools`: the same as
+    an earlier request's) and the objects the translators read. Returns `tool_choice`."""
+    for name, expected in _TYPED_FIELDS.items():
+        value = data.get(name)
+        if value is not None:
+            check_type(value, expected, name)
+    for name, kind in _TYPED_EXTRAS.items():
+        if data.get(name) is not None:
+            check_type(data[name], kind, name)
+    _validate_extras(data)
+    if not known_tools:
+        for index, tool in enumerate(tools):
+            _validate_tool(tool, f"tools[{index}]")
+    tool_choice = data.get("tool_choice", "auto")
+    if tool_choice is not None:
+        _validate_tool_choice(tool_choice)
+    if data.get("reasoning") is not None:
+        for name in ("effort", "summary"):
+            check_optional(data["reasoning"], name, str, "reasoning")
+    if data.get("text") is not None:
+        _validate_text(data["text"])
+    if data.get("metadata") is not None:
+        check_metadata(data["metadata"])
+    return tool_choice
 
 
 def _common_prefix(items: list[Any], earlier: list[Item]) -> int:
@@ -446,12 +460,7 @@ def _required_value(obj: dict[str, Any], name: str, allowed: frozenset[str], par
 
 
 def _validate_tool_choice(choice: Any) -> None:
-    if isinstance(choice, str):
-        if choice not in _TOOL_CHOICES:
-            raise InvalidRequest(
-                "Invalid value for 'tool_choice': expected none, auto, required or an object.",
-                param="tool_choice",
-            )
+    if is_tool_choice_mode(choice):
         return
     check_type(choice, dict, "tool_choice")
     kind = choice.get("type")

@@ -177,15 +177,53 @@ def render_config(
     """TOML text of the profile layer `<profile>.config.toml` (Codex 0.169 profile format).
 
     Top-level keys select the model, provider and catalog; `[model_providers.<id>]` points at the
-    gateway. Tools a local model cannot use well are cut: hosted web search (the gateway has
-    none), goals and sub-agents (extra tool schemas and long multi-request flows that small models
-    handle badly; `[agents] enabled=false` is the non-deprecated switch), and `view_image` unless
-    the model reads images. `env_key` makes Codex send `Authorization: Bearer $<env_key>`; Codex
-    refuses to start if that variable is unset, so it is off by default.
+    gateway (`_provider_section`: what `env_key`, `websockets` and `remote_compaction` do). Tools
+    a local model cannot use well are cut: hosted web search (the gateway has none), goals and
+    sub-agents (extra tool schemas and long multi-request flows that small models handle badly;
+    `[agents] enabled=false` is the non-deprecated switch), and `view_image` unless the model
+    reads images.
+    """
+    _check_name("provider id", provider_id)
+    _check_name("profile", profile)
+    provider = _provider_section(
+        provider_id, gateway_base_url, env_key, stream_idle_timeout_ms, websockets, remote_compaction
+    )
+    lines = [
+        _GENERATED_MARK + " Re-running the setup overwrites this file.",
+        f"# Use: codex --profile {profile}",
+        f"model = {_toml(default_model)}",
+        f"model_provider = {_toml(provider_id)}",
+        f"model_catalog_json = {_toml(str(Path(catalog_path).resolve()))}",
+        'web_search = "disabled"',
+        "",
+        *provider,
+        "",
+        "[features]",
+        "goals = false",
+        f"view_image = {_toml(view_image)}",
+        "",
+        "[agents]",
+        "enabled = false",
+    ]
+    return "\n".join(lines) + "\n"
 
-    `websockets` (default on) sets `supports_websockets`: Codex then keeps one WebSocket to
-    `/v1/responses` and, within a turn, sends only the new items with `previous_response_id`
-    instead of the whole history on every request (codex-contract.md §5).
+
+def _provider_section(
+    provider_id: str,
+    gateway_base_url: str,
+    env_key: str | None,
+    stream_idle_timeout_ms: int,
+    websockets: bool,
+    remote_compaction: bool,
+) -> list[str]:
+    """The lines of `[model_providers.<provider_id>]`, the gateway as Codex's provider.
+
+    `env_key` makes Codex send `Authorization: Bearer $<env_key>`; Codex refuses to start if
+    that variable is unset, so it is off by default.
+
+    `websockets` sets `supports_websockets`: Codex then keeps one WebSocket to `/v1/responses`
+    and, within a turn, sends only the new items with `previous_response_id` instead of the
+    whole history on every request (codex-contract.md §5).
 
     `remote_compaction` names the provider "OpenAI" (its id stays `provider_id`): Codex 0.169
     compacts remotely only for a provider whose display name is exactly "OpenAI"
@@ -203,8 +241,6 @@ def render_config(
     - the TUI's model picker warns that the OpenAI base URL is overridden.
     The id `openai` is refused: Codex 0.169 rejects a built-in provider id in `model_providers`.
     """
-    _check_name("provider id", provider_id)
-    _check_name("profile", profile)
     if provider_id.lower() == "openai":
         # "model_providers contains reserved built-in provider IDs" (Codex 0.169)
         raise CodexSetupError("the provider id must not be openai (a built-in Codex provider)")
@@ -219,26 +255,11 @@ def render_config(
         provider["env_key_instructions"] = f"Set {env_key} to the codexgate API key."
     name = ["# " + line for line in _REMOTE_COMPACTION_NOTE] if remote_compaction else []
     name.append(f"name = {_toml(OPENAI_PROVIDER_NAME if remote_compaction else 'codexgate')}")
-    lines = [
-        _GENERATED_MARK + " Re-running the setup overwrites this file.",
-        f"# Use: codex --profile {profile}",
-        f"model = {_toml(default_model)}",
-        f"model_provider = {_toml(provider_id)}",
-        f"model_catalog_json = {_toml(str(Path(catalog_path).resolve()))}",
-        'web_search = "disabled"',
-        "",
+    return [
         f"[model_providers.{provider_id}]",
         *name,
         *(f"{key} = {_toml(value)}" for key, value in provider.items()),
-        "",
-        "[features]",
-        "goals = false",
-        f"view_image = {_toml(view_image)}",
-        "",
-        "[agents]",
-        "enabled = false",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def write_codex_setup(

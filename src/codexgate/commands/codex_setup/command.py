@@ -23,6 +23,7 @@ from codexgate.commands.codex_setup.catalog import (
     FALLBACK_BASE_INSTRUCTIONS,
     CodexSetupError,
     ModelSpec,
+    SetupResult,
     codex_base_instructions,
     write_codex_setup,
 )
@@ -214,6 +215,13 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     except CodexSetupError as exc:
         print(f"codexgate: {exc}", file=sys.stderr)
         return 2
+    _report_windows(specs, embedded)
+    _report_written(result, args, env_key)
+    return 0
+
+
+def _report_windows(specs: list[ModelSpec], embedded: bool) -> None:
+    """Each model's context window and where it was read, and a warning for one too small."""
     raise_window = (
         "it is for trying codexgate: point codexgate at a real model with --upstream URL"
         if embedded is not None
@@ -230,6 +238,10 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
                 )
         else:
             print(f"model {spec.slug}: context window unknown (default used; pass --context-window)")
+
+
+def _report_written(result: SetupResult, args: argparse.Namespace, env_key: str | None) -> None:
+    """The files written, what the choices made mean, and the command that runs Codex."""
     print(f"wrote {result.catalog_path}")
     print(f"wrote {result.config_path}")
     if not args.websockets:
@@ -247,4 +259,3 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
         )
     print("Run Codex through the gateway with:")
     print(f"  {result.command}")
-    return 0

@@ -103,6 +103,7 @@ class ReplayTransport:
         self.sent: list[tuple[str, str, bytes | None]] = []
 
     async def open(self, request: HttpRequest) -> UpstreamResponse:
+        """The recorded answer to the next such request (the connect timeout plays no part)."""
         method, url, body = request.method, request.url, request.body
         path = url[len(self._base) :] if url.startswith(self._base) else url
         self.sent.append((method, path, body))

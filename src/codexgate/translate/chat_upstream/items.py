@@ -10,7 +10,7 @@ nothing readable in it (another server's opaque chain of thought, which no upstr
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -125,7 +125,7 @@ def tool_search_output_text(item: Item) -> str:
     return "Tools found:\n" + "\n".join(lines) if lines else "No tools found."
 
 
-def refuse_unreadable(item: Item, param: str) -> None:
+def refuse_unreadable(item: Item, param: str) -> NoReturn:
     """Refuse an item the upstream could not read. Raises InvalidRequest."""
     kind = item.get("type")
     if kind == "compaction_trigger":
@@ -147,7 +147,17 @@ def refuse_unreadable(item: Item, param: str) -> None:
     )
 
 
-def readable_text(item: Item) -> str:
+def unknown_item_note(item: Item, param: str) -> str:
+    """What an item of a kind codexgate does not know is sent as: its type, and the text it
+    carries. Raises InvalidRequest for one that carries none (refuse_unreadable); `param`
+    names it."""
+    text = _readable_text(item)
+    if not text:
+        refuse_unreadable(item, param)
+    return f"[Input item of type '{_clip(str(item.get('type')))}']\n{text}"
+
+
+def _readable_text(item: Item) -> str:
     """Text an unknown item carries (its content parts, `text`, or a string `output`), or ''."""
     content = item.get("content")
     texts: list[str] = []
@@ -161,10 +171,6 @@ def readable_text(item: Item) -> str:
         if isinstance(item.get(key), str):
             texts.append(item[key])
     return "\n".join(t for t in texts if t)
-
-
-def unknown_item_note(item: Item, text: str) -> str:
-    return f"[Input item of type '{_clip(str(item.get('type')))}']\n{text}"
 
 
 def _clip(text: str, limit: int = 80) -> str:

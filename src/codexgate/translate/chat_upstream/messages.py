@@ -25,8 +25,6 @@ from codexgate.translate.chat_upstream.items import (
     agent_message_text,
     hosted_call_note,
     local_shell_arguments,
-    readable_text,
-    refuse_unreadable,
     tool_search_arguments,
     tool_search_output_text,
     unknown_item_note,
@@ -356,10 +354,7 @@ def _translate_item(builder: _Builder, item: Item, index: int) -> None:
     elif kind in HOSTED_CALL_KINDS:
         builder.note(hosted_call_note(item))
     else:
-        text = readable_text(item)
-        if not text:
-            refuse_unreadable(item, f"input[{index}]")
-        builder.push({"role": "user", "content": unknown_item_note(item, text)})
+        builder.push({"role": "user", "content": unknown_item_note(item, f"input[{index}]")})
 
 
 def _item_ids(items: list[Item]) -> frozenset[str]:

@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """What a request leaves for the next request of the same conversation (Codex re-sends
@@ -122,19 +121,9 @@ def to_chat_request(
     notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
     translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
-    messages = translated.messages
-
-    body: dict[str, Any] = {}
-    if dialect.default_sampling == "auto":
-        family = family_sampling(upstream_model)
-        if family is not None:
-            body.update(for_server(family, None).values)
-    body.update(dialect.extra_body)
-    for name in CHAT_SAMPLING_EXTRAS:
-        if name in req.extra:
-            body[name] = req.extra[name]
+    body = _sampling(req, dialect, upstream_model)
     body["model"] = upstream_model
-    body["messages"] = messages
+    body["messages"] = translated.messages
     body["stream"] = True
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
@@ -144,6 +133,30 @@ def to_chat_request(
         body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
+    _add_options(body, req, dialect)
+    kept = translated.history
+    checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
+    return ChatRequest(body, catalogue, checkpoint, translated.dropped)
+
+
+def _sampling(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> dict[str, Any]:
+    """The body's first values, each layer over the one before: the model family's published
+    sampling (`default_sampling = "auto"`), the dialect's `extra_body`, the client's sampling
+    extras."""
+    body: dict[str, Any] = {}
+    if dialect.default_sampling == "auto":
+        family = family_sampling(upstream_model)
+        if family is not None:
+            body.update(for_server(family, None).values)
+    body.update(dialect.extra_body)
+    for name in CHAT_SAMPLING_EXTRAS:
+        if name in req.extra:
+            body[name] = req.extra[name]
+    return body
+
+
+def _add_options(body: dict[str, Any], req: ResponsesRequest, dialect: ChatDialect) -> None:
+    """The client's values that have a chat field, under the dialect's names."""
     if req.max_output_tokens is not None:
         body[dialect.max_tokens_field] = req.max_output_tokens
     if req.temperature is not None:
@@ -163,9 +176,6 @@ def to_chat_request(
     response_format = _response_format((req.text or {}).get("format"))
     if response_format is not None:
         body["response_format"] = response_format
-    kept = translated.history
-    checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
-    return ChatRequest(body, catalogue, checkpoint, translated.dropped)
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

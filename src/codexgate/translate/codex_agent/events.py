@@ -14,17 +14,8 @@ from typing import Any, cast
 
 import orjson
 
-from codexgate.errors import (
-    ContextLengthExceeded,
-    GatewayError,
-    Overloaded,
-    QuotaExceeded,
-    RateLimited,
-    UpstreamAuthError,
-    UpstreamBadRequest,
-    UpstreamError,
-    UpstreamModelNotFound,
-)
+from codexgate import errors
+from codexgate.errors import GatewayError, UpstreamError
 from codexgate.translate.turn import Turn
 from codexgate.wire.app_server import (
     AGENT_MESSAGE_DELTA,
@@ -54,13 +45,13 @@ _PARAGRAPH = "\n\n"
 
 # codexErrorInfo -> the gateway's error (its code is what Codex and the SDKs act on).
 _ERRORS: dict[str, type[UpstreamError]] = {
-    "contextWindowExceeded": ContextLengthExceeded,
-    "usageLimitExceeded": QuotaExceeded,
-    "rateLimitExceeded": RateLimited,
-    "serverOverloaded": Overloaded,
-    "unauthorized": UpstreamAuthError,
-    "badRequest": UpstreamBadRequest,
-    "modelNotFound": UpstreamModelNotFound,
+    "contextWindowExceeded": errors.ContextLengthExceeded,
+    "usageLimitExceeded": errors.QuotaExceeded,
+    "rateLimitExceeded": errors.RateLimited,
+    "serverOverloaded": errors.Overloaded,
+    "unauthorized": errors.UpstreamAuthError,
+    "badRequest": errors.UpstreamBadRequest,
+    "modelNotFound": errors.UpstreamModelNotFound,
 }
 
 

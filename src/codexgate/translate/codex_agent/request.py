@@ -16,7 +16,7 @@ between), so a thread is found whichever face the client speaks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,22 +275,14 @@ def tool_result(item: Item, param: str = "output") -> DynamicToolCallResult:
     images in order (parts checked by `_check_contents`). `param`: where the output is in the
     request. Raises InvalidRequest for a file that cannot be read as text."""
     output = item.get("output")
-    content: list[DynamicToolOutput] = []
+    content: list[DynamicToolOutput]
     if isinstance(output, list):
-        for index, part in enumerate(output):
-            if not isinstance(part, dict):
-                continue
-            kind = part.get("type")
-            if kind == "input_image":
-                url = image_url(part)
-                if url is not None:
-                    content.append({"type": "inputImage", "imageUrl": url})
-            elif kind == "input_file":
-                content.append({"type": "inputText", "text": file_text(part, f"{param}[{index}]")})
-            elif isinstance(text := _part_text(part), str):
-                content.append({"type": "inputText", "text": text})
+        content = [
+            {"type": "inputImage", "imageUrl": value} if image else {"type": "inputText", "text": value}
+            for image, value in _part_values(output, param)
+        ]
     else:
-        content.append({"type": "inputText", "text": output_text(item)})
+        content = [{"type": "inputText", "text": output_text(item)}]
     return {"contentItems": content, "success": True}
 
 
@@ -416,20 +408,28 @@ def _content_text(content: Any, param: str) -> str:
 def _input_parts(content: Any, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "input_text", "text": content}]
-    parts: list[dict[str, Any]] = []
-    for index, part in enumerate(content or ()):
+    return [
+        {"type": "input_image", "image_url": value} if image else {"type": "input_text", "text": value}
+        for image, value in _part_values(content or (), param)
+    ]
+
+
+def _part_values(parts: Iterable[Any], param: str) -> Iterator[tuple[bool, str]]:
+    """Each part, in order, as (True, its image's URL) or (False, its text: a file's, or what
+    `_part_text` reads); parts with neither are passed over. `param` names the parts. Raises
+    InvalidRequest for a file that cannot be read as text."""
+    for index, part in enumerate(parts):
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
         if kind == "input_image":
             url = image_url(part)
             if url is not None:
-                parts.append({"type": "input_image", "image_url": url})
+                yield True, url
         elif kind == "input_file":
-            parts.append({"type": "input_text", "text": file_text(part, f"{param}[{index}]")})
+            yield False, file_text(part, f"{param}[{index}]")
         elif isinstance(text := _part_text(part), str):
-            parts.append({"type": "input_text", "text": text})
-    return parts
+            yield False, text
 
 
 def _turn_input(item: Item, param: str) -> list[UserInput]:

@@ -47,7 +47,6 @@ from codexgate.translate.chat_upstream.items import (
     agent_message_text,
     hosted_call_note,
     local_shell_arguments,
-    readable_text,
     refuse_unreadable,
     tool_search_arguments,
     tool_search_output_text,
@@ -151,14 +150,7 @@ def to_upstream_request(
     InvalidRequest for a field the Responses API cannot carry (REFUSED_FIELDS, unless its value
     changes nothing) and, with `functions`, for an item no model could read
     (translate/chat_upstream/items.py)."""
-    for name in REFUSED_FIELDS:
-        value = req.seed if name == "seed" else req.extra.get(name)
-        if value is not None and value not in _NEUTRAL.get(name, ()):
-            raise InvalidRequest(
-                f"'{name}' cannot be sent to this upstream: the Responses API has no such field. "
-                "Send the request without it.",
-                param=name,
-            )
+    _refuse_fields(req)
     tools = request_tools(req.tools, req.input)
     catalogue = catalogue_of(tools)
     functions = tool_format == "functions"
@@ -185,6 +177,28 @@ def to_upstream_request(
         body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
+    _add_options(body, req)
+    body["store"] = False
+    body["stream"] = True
+    return UpstreamRequest(body, catalogue, translated.dropped)
+
+
+def _refuse_fields(req: ResponsesRequest) -> None:
+    """Raises InvalidRequest for a field of REFUSED_FIELDS set to a value that changes
+    something."""
+    for name in REFUSED_FIELDS:
+        value = req.seed if name == "seed" else req.extra.get(name)
+        if value is not None and value not in _NEUTRAL.get(name, ()):
+            raise InvalidRequest(
+                f"'{name}' cannot be sent to this upstream: the Responses API has no such field. "
+                "Send the request without it.",
+                param=name,
+            )
+
+
+def _add_options(body: dict[str, Any], req: ResponsesRequest) -> None:
+    """The client's reasoning, text and other options a Responses server takes, over the
+    settings' (`extra_body`) already in `body`."""
     reasoning = _only(req.reasoning, ("effort", "summary"))  # Codex's `context` is its own
     if reasoning:
         body["reasoning"] = reasoning
@@ -200,9 +214,6 @@ def to_upstream_request(
     for name in _PASSED_EXTRAS:
         if req.extra.get(name) is not None:
             body[name] = req.extra[name]
-    body["store"] = False
-    body["stream"] = True
-    return UpstreamRequest(body, catalogue, translated.dropped)
 
 
 def _only(value: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -411,10 +422,7 @@ class _Input:
         elif kind in _OPENAI_ONLY:
             refuse_unreadable(item, f"input[{index}]")
         else:
-            text = readable_text(item)
-            if not text:
-                refuse_unreadable(item, f"input[{index}]")
-            self.items.append(_message("user", unknown_item_note(item, text)))
+            self.items.append(_message("user", unknown_item_note(item, f"input[{index}]")))
 
     def _function_call(self, call_id: str, name: str, arguments: str) -> None:
         self._call({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
