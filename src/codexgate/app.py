@@ -9,7 +9,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.chat.factory import CHAT
@@ -20,9 +20,10 @@ from codexgate.backends.embedded.factory import EMBEDDED, build_embedded
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE, EmbeddedFallback, embedded_upstream
 from codexgate.backends.http.tap import TappedTransport
 from codexgate.backends.http.transport import AiohttpTransport, Transport
+from codexgate.backends.kinds import BackendKind, Building
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses.factory import RESPONSES
-from codexgate.config import ChatUpstream, HttpUpstream, ModelConfig, Settings, UpstreamConfig
+from codexgate.config import ChatUpstream, HttpUpstream, Settings
 from codexgate.observability.live_view import install_live_view
 from codexgate.observability.metrics import Metrics
 from codexgate.observability.recorder import Recorder
@@ -39,7 +40,6 @@ from codexgate.server.websocket import SocketLimits
 from codexgate.server.workers import worker_id
 from codexgate.store import open_store
 from codexgate.store.base import Retention, Store
-from codexgate.translate.history_memo import Memo
 
 if TYPE_CHECKING:
     from codexgate.observability.tracing import Tracing
@@ -47,25 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("codexgate")
 
 _REDISCOVER_SECONDS = 5.0
-
-
-class BackendKind(Protocol):
-    """One kind of upstream, from its settings to a backend (`build`), and to the view of that
-    backend one model route has (`for_route`: the model's own settings layered on). Each kind's
-    lives beside its backend, in its package's factory.py (backends/chat, responses, codex,
-    embedded)."""
-
-    def build(
-        self,
-        upstream: UpstreamConfig,
-        settings: Settings,
-        environ: Mapping[str, str],
-        transport: Transport,
-        once: OnceLog,
-        history: Memo[Any] | None,
-    ) -> Backend: ...
-
-    def for_route(self, backend: Backend, model: ModelConfig) -> Backend: ...
 
 
 # One line per kind of upstream (config.UpstreamKind; its settings: config/upstreams.py).
@@ -77,35 +58,14 @@ BACKEND_KINDS: Mapping[str, BackendKind] = {
 }
 
 
-def history_memo(settings: Settings) -> Memo[Any] | None:
-    """What the gateway remembers of each conversation between turns (translate/history_memo.py), within
-    `history_cache_mb`, for requests of at least `history_cache_min_kb`; None when the budget
-    is 0."""
-    budget = settings.history_cache_mb * 1024 * 1024
-    return Memo(budget, min_weight=settings.history_cache_min_kb * 1024) if budget > 0 else None
-
-
-def build_backend(
-    upstream: UpstreamConfig,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-) -> Backend:
-    """The upstream's backend, by its kind, with a memory of its own for conversations."""
-    kind = BACKEND_KINDS[upstream.kind]
-    return kind.build(upstream, settings, environ, transport, once, history_memo(settings))
-
-
-def build_router(
-    settings: Settings, environ: Mapping[str, str], transport: Transport, once: OnceLog
-) -> Router[Backend]:
+def build_router(building: Building) -> Router[Backend]:
     """A backend per configured upstream, and each model route's view of its upstream's."""
+    settings = building.settings
     router: Router[Backend] = Router()
     kinds: dict[str, BackendKind] = {}
     for upstream in settings.all_upstreams():
-        router.backends[upstream.name] = build_backend(upstream, settings, environ, transport, once)
         kinds[upstream.name] = BACKEND_KINDS[upstream.kind]
+        router.backends[upstream.name] = kinds[upstream.name].build(upstream, building)
     for model in settings.models:
         name = model.upstream or next(iter(router.backends))
         router.add_model(model, kinds[name].for_route(router.backends[name], model))
@@ -120,16 +80,9 @@ class _LocalServerFinder:
     Finding none, it serves the embedded model (`embedded = true`, the default) and keeps
     looking: a local server started later takes over (embedded.EmbeddedFallback)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        router: Router[Backend],
-        transport: Transport,
-        once: OnceLog,
-        environ: Mapping[str, str],
-    ) -> None:
-        self._settings, self._router, self._transport = settings, router, transport
-        self._once, self._environ = once, environ
+    def __init__(self, router: Router[Backend], building: Building) -> None:
+        self._router, self._building = router, building
+        self._settings, self._transport, self._once = building.settings, building.transport, building.once
         self._last_probe = float("-inf")
         self._fallback: EmbeddedFallback | None = None
 
@@ -151,8 +104,7 @@ class _LocalServerFinder:
             return
         if self._settings.embedded:
             upstream = embedded_upstream()
-            settings, history = self._settings, history_memo(self._settings)
-            backend = build_embedded(upstream, settings, self._environ, self._transport, self._once, history)
+            backend = build_embedded(upstream, self._building)
             self._router.backends[upstream.name] = backend
             self._fallback = EmbeddedFallback(backend, self._probe)
             self._fallback.start()
@@ -170,7 +122,7 @@ class _LocalServerFinder:
         name, url = found
         log.info("no upstream configured; using %s at %s", name, url)
         upstream = ChatUpstream(name=name.lower().replace(" ", "-").replace(".", ""), base_url=url)
-        backend = build_backend(upstream, self._settings, self._environ, self._transport, self._once)
+        backend = CHAT.build(upstream, self._building)
         if self._fallback is not None:
             log.info("the embedded model stops: %s at %s serves from now on", name, url)
             self._router.backends.pop(self._fallback.backend.name, None)
@@ -283,24 +235,20 @@ def _with_log_redaction(
 
 
 def _lifespan(
-    settings: Settings,
-    router: Router[Backend],
-    transport: Transport,
-    once: OnceLog,
-    environ: Mapping[str, str],
-    redactor: Redactor,
+    router: Router[Backend], building: Building, redactor: Redactor
 ) -> tuple[_LocalServerFinder, Callable[[], Any], Callable[[], Any]]:
     """The finder of a local server, and the app's start and stop hooks: at start the probe of
     the upstreams (in the background), then the finder; at stop both end, then the backends."""
-    finder = _LocalServerFinder(settings, router, transport, once, environ)
-    probe = StartupProbe(router, kinds={u.name: u.kind for u in settings.all_upstreams()})
+    finder = _LocalServerFinder(router, building)
+    upstreams = building.settings.all_upstreams()
+    probe = StartupProbe(router, kinds={u.name: u.kind for u in upstreams})
 
     async def startup() -> None:
         probe.start()  # in the background: nothing waits for it
         await finder.startup()
 
     shutdown = _then(probe.aclose, finder.aclose)
-    return finder, *_with_log_redaction(redactor, startup, transport, router, shutdown)
+    return finder, *_with_log_redaction(redactor, startup, building.transport, router, shutdown)
 
 
 def build_app(
@@ -324,8 +272,9 @@ def build_app(
     if recorder is not None:
         transport = TappedTransport(transport)  # only then does a request pass the tap
     once = OnceLog()
-    router = build_router(settings, environ, transport, once)
-    finder, on_startup, on_shutdown = _lifespan(settings, router, transport, once, environ, redactor)
+    building = Building(settings, environ, transport, once)
+    router = build_router(building)
+    finder, on_startup, on_shutdown = _lifespan(router, building, redactor)
     if recorder is not None:
         on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
     tracing = traces(settings)  # None: traces are off
@@ -341,7 +290,7 @@ def build_app(
         guard=guard,
         redactor=redactor,
         body_timeout=settings.body_timeout,
-        faces=faces(settings),
+        faces=faces(building),
         state=ResponseState(response_store(settings)),
         socket_limits=socket_limits(settings),
     )
@@ -349,10 +298,11 @@ def build_app(
     return gateway
 
 
-def faces(settings: Settings) -> dict[str, Face]:
+def faces(building: Building) -> dict[str, Face]:
     """The faces by route: what a client speaks, read into the canonical request."""
+    history = building.history()
     return {
-        "/responses": ResponsesFace(RequestReader(history_memo(settings))),
+        "/responses": ResponsesFace(RequestReader(history)),
         "/responses/compact": CompactFace(),
         "/chat/completions": ChatFace(),
     }

@@ -260,15 +260,20 @@ def test_a_value_lighter_than_the_memos_minimum_is_not_kept_and_drops_the_older_
 
 
 def test_the_gateway_remembers_only_conversations_past_history_cache_min_kb() -> None:
-    from codexgate.app import history_memo
+    from codexgate.backends.http.transport import AiohttpTransport
+    from codexgate.backends.kinds import Building
+    from codexgate.backends.log import OnceLog
     from codexgate.config import Settings
 
-    memo = history_memo(Settings(history_cache_mb=1, history_cache_min_kb=4))
+    def building(settings: Settings) -> Building:
+        return Building(settings, {}, AiohttpTransport(), OnceLog())
+
+    memo = building(Settings(history_cache_mb=1, history_cache_min_kb=4)).history()
     assert memo is not None
     memo.put("short", "x", 4095)
     memo.put("long", "y", 4096)
     assert memo.get("short") is None and memo.get("long") == "y"
-    assert history_memo(Settings(history_cache_mb=0)) is None
+    assert building(Settings(history_cache_mb=0)).history() is None
 
 
 def test_cut_markers_of_the_remembered_turn_still_apply_to_new_items() -> None:

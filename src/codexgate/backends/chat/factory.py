@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.chat.backend import ChatBackend
 from codexgate.backends.http.target import upstream_target
-from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog
-from codexgate.config import ChatUpstream, ModelConfig, Settings, UpstreamConfig
-from codexgate.translate.history_memo import Memo
+from codexgate.backends.kinds import Building
+from codexgate.config import ChatUpstream, ModelConfig, UpstreamConfig
 
 __all__ = ["CHAT", "ChatKind"]
 
@@ -21,17 +17,10 @@ __all__ = ["CHAT", "ChatKind"]
 class ChatKind:
     """`kind = "chat"`: a Chat Completions server (backends/chat.py)."""
 
-    def build(
-        self,
-        upstream: UpstreamConfig,
-        settings: Settings,
-        environ: Mapping[str, str],
-        transport: Transport,
-        once: OnceLog,
-        history: Memo[Any] | None,
-    ) -> ChatBackend:
+    def build(self, upstream: UpstreamConfig, building: Building) -> ChatBackend:
         assert isinstance(upstream, ChatUpstream), "the chat kind builds chat upstreams"
-        return ChatBackend(upstream_target(upstream, settings, environ), transport, once, history=history)
+        target = upstream_target(upstream, building.settings, building.environ)
+        return ChatBackend(target, building.transport, building.once, history=building.history())
 
     def for_route(self, backend: Backend, model: ModelConfig) -> ChatBackend:
         """The upstream's backend with the model's own settings layered on its dialect."""

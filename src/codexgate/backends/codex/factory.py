@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.codex.backend import CodexBackend, CodexTarget
-from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog
-from codexgate.config import CodexUpstream, ModelConfig, Settings, UpstreamConfig
-from codexgate.translate.history_memo import Memo
+from codexgate.backends.kinds import Building
+from codexgate.config import CodexUpstream, ModelConfig, UpstreamConfig
 
 __all__ = ["CODEX", "CodexKind"]
 
@@ -19,17 +15,10 @@ __all__ = ["CODEX", "CodexKind"]
 class CodexKind:
     """The Codex agent through `codex app-server` (started on first use)."""
 
-    def build(
-        self,
-        upstream: UpstreamConfig,
-        settings: Settings,
-        environ: Mapping[str, str],
-        transport: Transport,
-        once: OnceLog,
-        history: Memo[Any] | None,
-    ) -> CodexBackend:
-        """`transport`, `once` and `history` go unused: the agent is a process, not an HTTP
-        server, and keeps each conversation as a thread of its own."""
+    def build(self, upstream: UpstreamConfig, building: Building) -> CodexBackend:
+        """The agent is a process, not an HTTP server, and keeps each conversation as a thread
+        of its own: of `building` it takes the settings and the environment."""
+        settings = building.settings
         assert isinstance(upstream, CodexUpstream), "the codex kind builds codex upstreams"
         stages = upstream.model_fields_set  # stages an agent's answer needs only when asked for
         target = CodexTarget(
@@ -50,7 +39,7 @@ class CodexKind:
             think_tags=upstream.think_tags if "think_tags" in stages else "off",
             text_tool_calls=upstream.text_tool_calls if "text_tool_calls" in stages else "off",
         )
-        return CodexBackend(target, environ)
+        return CodexBackend(target, building.environ)
 
     def for_route(self, backend: Backend, model: ModelConfig) -> Backend:
         """Routes share the upstream's backend: the agent takes the model per request."""

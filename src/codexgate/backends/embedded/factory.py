@@ -4,20 +4,16 @@ local server is found (fallback.py). backend.py reaches the model, child.py runs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.embedded.backend import EmbeddedBackend
 from codexgate.backends.embedded.runtime import llama_root
 from codexgate.backends.embedded.supervisor import LlamaOptions, LlamaSupervisor
 from codexgate.backends.http.stream import UpstreamTarget
-from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog
-from codexgate.config import EmbeddedUpstream, ModelConfig, Settings, UpstreamConfig
-from codexgate.translate.history_memo import Memo
+from codexgate.backends.kinds import Building
+from codexgate.config import EmbeddedUpstream, ModelConfig, UpstreamConfig
 
 __all__ = [
     "DEFAULT_ALIAS",
@@ -40,18 +36,12 @@ def alias_of(upstream: EmbeddedUpstream) -> str:
     return DEFAULT_ALIAS
 
 
-def build_embedded(
-    upstream: EmbeddedUpstream,
-    settings: Settings,
-    environ: Mapping[str, str],
-    transport: Transport,
-    once: OnceLog,
-    history: Memo[Any] | None,
-) -> EmbeddedBackend:
+def build_embedded(upstream: EmbeddedUpstream, building: Building) -> EmbeddedBackend:
     """The backend; nothing runs until it is started (at the gateway's startup)."""
+    settings = building.settings
     window = upstream.context_window or DEFAULT_CONTEXT_WINDOW
     options = LlamaOptions(
-        root=llama_root(environ, settings.llama_dir),
+        root=llama_root(building.environ, settings.llama_dir),
         alias=alias_of(upstream),
         context_window=window,
         threads=upstream.threads,
@@ -78,24 +68,17 @@ def build_embedded(
         max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
         max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
     )
+    transport = building.transport
     supervisor = LlamaSupervisor(options, transport)
-    return EmbeddedBackend(template, transport, supervisor, once, history=history)
+    return EmbeddedBackend(template, transport, supervisor, building.once, history=building.history())
 
 
 class EmbeddedKind:
     """`kind = "embedded"`: a model the gateway runs itself; it starts with the gateway."""
 
-    def build(
-        self,
-        upstream: UpstreamConfig,
-        settings: Settings,
-        environ: Mapping[str, str],
-        transport: Transport,
-        once: OnceLog,
-        history: Memo[Any] | None,
-    ) -> EmbeddedBackend:
+    def build(self, upstream: UpstreamConfig, building: Building) -> EmbeddedBackend:
         assert isinstance(upstream, EmbeddedUpstream), "the embedded kind builds embedded upstreams"
-        return build_embedded(upstream, settings, environ, transport, once, history)
+        return build_embedded(upstream, building)
 
     def for_route(self, backend: Backend, model: ModelConfig) -> EmbeddedBackend:
         """The model's own settings layered on the embedded model's dialect."""

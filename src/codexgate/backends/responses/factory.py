@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from codexgate.backends.base import Backend
 from codexgate.backends.http.target import upstream_target
-from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog
+from codexgate.backends.kinds import Building
 from codexgate.backends.responses.backend import ResponsesBackend
-from codexgate.config import ModelConfig, ResponsesUpstream, Settings, UpstreamConfig
-from codexgate.translate.history_memo import Memo
+from codexgate.config import ModelConfig, ResponsesUpstream, UpstreamConfig
 
 __all__ = ["RESPONSES", "ResponsesKind"]
 
@@ -21,19 +17,10 @@ __all__ = ["RESPONSES", "ResponsesKind"]
 class ResponsesKind:
     """`kind = "responses"`: a Responses server (backends/responses.py)."""
 
-    def build(
-        self,
-        upstream: UpstreamConfig,
-        settings: Settings,
-        environ: Mapping[str, str],
-        transport: Transport,
-        once: OnceLog,
-        history: Memo[Any] | None,
-    ) -> ResponsesBackend:
-        """`history` goes unused: a Responses server reads the request as it comes."""
+    def build(self, upstream: UpstreamConfig, building: Building) -> ResponsesBackend:
         assert isinstance(upstream, ResponsesUpstream), "the responses kind builds responses upstreams"
-        target = upstream_target(upstream, settings, environ)
-        return ResponsesBackend(target, transport, once, tool_format=upstream.tool_format)
+        target = upstream_target(upstream, building.settings, building.environ)
+        return ResponsesBackend(target, building.transport, building.once, tool_format=upstream.tool_format)
 
     def for_route(self, backend: Backend, model: ModelConfig) -> ResponsesBackend:
         """The Responses upstream's backend with the model's own settings layered on its dialect."""

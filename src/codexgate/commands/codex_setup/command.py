@@ -215,7 +215,7 @@ def run_codex_setup(settings: Settings, args: argparse.Namespace) -> int:
     except CodexSetupError as exc:
         print(f"codexgate: {exc}", file=sys.stderr)
         return 2
-    _report_windows(specs, embedded)
+    _report_windows(specs, embedded is not None)
     _report_written(result, args, env_key)
     return 0
 
