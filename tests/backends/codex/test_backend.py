@@ -43,6 +43,7 @@ from codexgate.wire.responses import parse_request
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.openresponses import validate_stream
+from tests.support.processes import wait_for_exit
 
 FAKE = Path(__file__).resolve().parents[2] / "support" / "fake_app_server.py"
 JSON = dict[str, Any]
@@ -136,23 +137,6 @@ async def responses_stream(http: httpx.AsyncClient, body: JSON) -> list[JSON]:
     events = [orjson.loads(p) for p in payloads if p != b"[DONE]"]
     validate_stream(events)
     return events
-
-
-async def wait_for_exit(pid: int, timeout: float = 10.0) -> None:
-    """Until process `pid` has terminated: a pidfd becomes readable then."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
-    try:
-        async with asyncio.timeout(timeout):
-            await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
 
 
 def user(text: str) -> list[JSON]:
