@@ -23,16 +23,9 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
+from tests.support.tools import WEATHER
 
 UPSTREAM = "http://upstream.test/v1"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
 

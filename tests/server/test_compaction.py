@@ -13,11 +13,9 @@ from typing import Any
 import httpx
 import orjson
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import gateway_over
 
 JSON = dict[str, Any]
 ALICE = "alice-key-0123456789abcdef"
@@ -45,15 +43,10 @@ def assistant(text: str) -> JSON:
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, FakeUpstream]]:
     fake = FakeUpstream(model)
     environ = {"CODEXGATE_API_KEYS": f"alice={ALICE},bob={BOB}"}
-    async with arun_asgi_server(fake) as fake_url:
-        settings = load_settings(
-            {"upstream": fake_url + "/v1", "discover": False, "store_path": str(tmp_path / "s.db")},
-            environ=environ,
-        )
-        async with arun_asgi_server(build_app(settings, environ=environ), lifespan="on") as url:
-            headers = {"Authorization": f"Bearer {ALICE}"}
-            async with httpx.AsyncClient(base_url=url + "/v1", headers=headers, timeout=10) as client:
-                yield client, fake
+    async with gateway_over(fake, environ, store_path=str(tmp_path / "s.db")) as url:
+        headers = {"Authorization": f"Bearer {ALICE}"}
+        async with httpx.AsyncClient(base_url=url + "/v1", headers=headers, timeout=10) as client:
+            yield client, fake
 
 
 HISTORY = [user("count to one"), assistant("one"), user("count to two"), assistant("two")]

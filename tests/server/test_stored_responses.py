@@ -15,11 +15,10 @@ import httpx
 import openai
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.support.gateways import gateway_over
 from tests.support.processes import ServedGateway, serve_process
-from tests.support.servers import arun_asgi_server, run_asgi_server
+from tests.support.servers import run_asgi_server
 
 JSON = dict[str, Any]
 ALICE = "alice-key-0123456789abcdef"
@@ -42,12 +41,8 @@ async def gateway(
 ) -> AsyncIterator[tuple[str, FakeUpstream]]:
     fake = fake or FakeUpstream(echo)
     environ = {"CODEXGATE_API_KEYS": ",".join(f"{n}={k}" for n, k in keys.items())} if keys else {}
-    async with arun_asgi_server(fake) as fake_url:
-        settings = load_settings(
-            {"upstream": fake_url + "/v1", "discover": False, "store_path": str(store_path)}, environ=environ
-        )
-        async with arun_asgi_server(build_app(settings, environ=environ), lifespan="on") as url:
-            yield url, fake
+    async with gateway_over(fake, environ, store_path=str(store_path)) as url:
+        yield url, fake
 
 
 def sdk(url: str, key: str = "unused") -> openai.AsyncOpenAI:

@@ -17,10 +17,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply, text_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import gateway_over
 
 JSON = dict[str, Any]
 KEY = "ws-key-0123456789abcdefghij"
@@ -39,18 +37,8 @@ def echo(body: JSON) -> Any:
 async def gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[str, FakeUpstream]]:
     fake = FakeUpstream(echo)
     environ: dict[str, str] = settings.pop("environ", {})
-    async with arun_asgi_server(fake) as fake_url:
-        config = load_settings(
-            {
-                "upstream": fake_url + "/v1",
-                "discover": False,
-                "store_path": str(tmp_path / "s.db"),
-                **settings,
-            },
-            environ=environ,
-        )
-        async with arun_asgi_server(build_app(config, environ=environ), lifespan="on") as url:
-            yield url.replace("http://", "ws://") + "/v1/responses", fake
+    async with gateway_over(fake, environ, store_path=str(tmp_path / "s.db"), **settings) as url:
+        yield url.replace("http://", "ws://") + "/v1/responses", fake
 
 
 async def turn(ws: ClientConnection, **body: Any) -> list[JSON]:
