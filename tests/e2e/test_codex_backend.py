@@ -31,20 +31,13 @@ from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, san
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.servers import arun_asgi_server
+from tests.support.tools import WEATHER
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "local-coder"
 JSON = dict[str, Any]
 PATCH = "*** Begin Patch\n*** Add File: notes.txt\n+written by codex\n*** End Patch\n"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def prompt_of(body: JSON) -> str:
