@@ -11,14 +11,13 @@ import signal
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE
-from codexgate.wire.sse import SSEDecoder
 from tests.support.embedded_gateway import gateway, health_when, serving
 from tests.support.llama_server import llama_cache, llama_runtime
 from tests.support.processes import dead, free_port, wait_until
+from tests.support.sse import sse_events
 
 
 @pytest.fixture
@@ -49,7 +48,7 @@ async def ask_capital(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
     }
     response = await client.post("/v1/responses", json=body)
     assert response.status_code == 200, response.text
-    events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+    events = sse_events(response.content)
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     return text, events[-1]
 

@@ -23,11 +23,12 @@ from codexgate.observability.tracing import Tracing, traces_url
 from codexgate.server.app import GatewayApp
 from codexgate.server.exchange import Exchange
 from codexgate.server.observe import Observer
-from tests.server.test_app import UPSTREAM, sse_events
+from tests.server.test_app import UPSTREAM
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, Usage, cut_reply, error_reply, openai_error, text_reply
 from tests.support.servers import arun_asgi_server
+from tests.support.sse import sse_events
 
 
 @asynccontextmanager

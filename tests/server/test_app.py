@@ -15,7 +15,6 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import (
@@ -28,7 +27,8 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
-from tests.support.openresponses import validate_response, validate_stream
+from tests.support.openresponses import validate_response
+from tests.support.sse import stream_events
 
 UPSTREAM = "http://upstream.test/v1"
 
@@ -49,19 +49,6 @@ async def gateway(
         transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
     ) as client:
         yield client, fake, transport
-
-
-def sse_events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(data) for data in SSEDecoder().feed(raw)]
-
-
-async def stream_events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
-    response = await client.post("/v1/responses", json={**body, "stream": True})
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(response.content)
-    validate_stream(events)
-    return events
 
 
 def terminal(events: list[dict[str, Any]]) -> dict[str, Any]:

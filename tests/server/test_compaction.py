@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
-from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.gateways import gateway_over
+from tests.support.sse import sse_events
 
 JSON = dict[str, Any]
 ALICE = "alice-key-0123456789abcdef"
@@ -61,7 +60,7 @@ async def test_a_compaction_trigger_gets_exactly_one_compaction_item(tmp_path: P
             "stream": True,
         }
         reply = await client.post("/responses", json=body)
-        events = [orjson.loads(d) for d in SSEDecoder().feed(reply.content)]
+        events = sse_events(reply.content)
         summarising = fake.requests[-1].body
         done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
         assert len(done) == 1 and done[0]["type"] == "compaction"

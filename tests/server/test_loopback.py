@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import httpx
 import orjson
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, cut_reply, stall_reply, text_reply
 from tests.support.openresponses import validate_stream
 from tests.support.processes import serve_process, wait_until
 from tests.support.servers import run_asgi_server
-
-
-def _events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(d) for d in SSEDecoder().feed(raw)]
+from tests.support.sse import sse_events
 
 
 def test_a_stream_through_the_real_server_and_client() -> None:
@@ -34,7 +29,7 @@ def test_a_stream_through_the_real_server_and_client() -> None:
             gw.base + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
         )
         models = httpx.get(gw.base + "/v1/models", timeout=10).json()
-    events = _events(response.content)
+    events = sse_events(response.content)
     validate_stream(events)
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"][-1]["content"][0]["text"] == "over real sockets"
@@ -50,7 +45,7 @@ def test_a_connection_dropped_by_the_upstream_is_a_failed_response() -> None:
         response = httpx.post(
             gw.base + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
         )
-    events = _events(response.content)
+    events = sse_events(response.content)
     validate_stream(events)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "upstream_stream_cut"
@@ -93,7 +88,7 @@ def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made()
     assert response.status_code == 200
     assert "content-encoding" not in response.headers
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert [e["type"] for e in _events(raw)][:2] == ["response.created", "response.in_progress"]
+    assert [e["type"] for e in sse_events(raw)][:2] == ["response.created", "response.in_progress"]
     assert fake.requests[0].body["stream"] is True
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
@@ -36,6 +36,7 @@ from tests.support.fake_upstream import FakeUpstream, stall_reply
 from tests.support.openresponses import validate_stream
 from tests.support.processes import ServedGateway, serve_process
 from tests.support.servers import run_asgi_server
+from tests.support.sse import iter_sse_events
 
 JSON = dict[str, Any]
 STALL = 60.0  # the upstream's silence mid-answer: longer than any test waits
@@ -46,14 +47,6 @@ def gateway_process(*args: str) -> AbstractContextManager[ServedGateway]:
     return serve_process("--no-discover", *args)
 
 
-def _sse(lines: Iterator[bytes]) -> Iterator[JSON]:
-    decoder = SSEDecoder()
-    for chunk in lines:
-        for data in decoder.feed(chunk):
-            if data != b"[DONE]":
-                yield orjson.loads(data)
-
-
 def stream_signalling(
     gw: ServedGateway, path: str, body: JSON, sig: int, when: Callable[[list[JSON]], bool]
 ) -> tuple[list[JSON], float]:
@@ -62,7 +55,7 @@ def stream_signalling(
     sent = 0.0
     events: list[JSON] = []
     with httpx.stream("POST", gw.base + path, json=body, timeout=30) as response:
-        for event in _sse(response.iter_bytes()):
+        for event in iter_sse_events(response.iter_bytes()):
             events.append(event)
             if when(events):
                 sent = gw.signal(sig)

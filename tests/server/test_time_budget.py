@@ -11,10 +11,11 @@ import httpx
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
+from tests.server.test_app import UPSTREAM, gateway, terminal
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply
+from tests.support.sse import stream_events
 
 
 def _client(upstream: Any, **settings: Any) -> httpx.AsyncClient:

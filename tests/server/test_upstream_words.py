@@ -19,8 +19,9 @@ import pytest
 from codexgate.app import build_app
 from codexgate.backends.http.transport import AiohttpTransport, failure_reason
 from codexgate.config import load_settings
-from tests.server.test_app import sse_events, terminal
+from tests.server.test_app import terminal
 from tests.support.asgi_client import StreamingASGITransport
+from tests.support.sse import sse_events
 
 LIBRARY_WORDS = ("ssl:default", "Connect call failed", "Errno", "Cannot connect to host", "ClientConnector")
 
