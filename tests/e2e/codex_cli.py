@@ -267,6 +267,16 @@ def serving_tapped(script: Any, **flags: Any) -> Iterator[tuple[str, FakeUpstrea
             yield gateway, fake, traffic
 
 
+def run_tapped(
+    tmp_path: Path, script: Any, prompt: str, **options: Any
+) -> tuple[CodexRun, FakeUpstream, CodexTraffic]:
+    """One Codex run (`run_codex_in`, `options`) through `serving_tapped(script)`: the run, the
+    upstream and the tap, read once the servers have stopped."""
+    with serving_tapped(script) as (gateway, fake, traffic):
+        run = run_codex_in(tmp_path, prompt, base_url=gateway, **options)
+    return run, fake, traffic
+
+
 class _Timeout(Exception):
     def __init__(self, stdout: str, stderr: str) -> None:
         super().__init__("timed out")

@@ -19,7 +19,7 @@ import pytest
 
 from codexgate.commands.codex_setup.catalog import ModelSpec
 from codexgate.translate.compaction import SUMMARY_PROMPT
-from tests.e2e.codex_cli import run_codex_in, serving_tapped
+from tests.e2e.codex_cli import run_tapped
 from tests.support.fake_upstream import Reply, Usage, text_reply, tool_calls_reply
 
 pytestmark = pytest.mark.e2e
@@ -69,17 +69,16 @@ def script(body: JSON) -> Reply:
 @pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
 def test_remote_compaction_mid_turn_with_the_upstream_summary(tmp_path: Path, websockets: bool) -> None:
     spec = ModelSpec(MODEL, WINDOW, auto_compact_token_limit=COMPACT_AT)
-    with serving_tapped(script) as (gateway, fake, traffic):
-        run = run_codex_in(
-            tmp_path,
-            "Write a.txt with a command, then add notes.txt with a patch",
-            base_url=gateway,
-            model=MODEL,
-            specs=[spec],
-            websockets=websockets,
-            remote_compaction=True,
-            timeout=120,
-        )
+    run, fake, traffic = run_tapped(
+        tmp_path,
+        script,
+        "Write a.txt with a command, then add notes.txt with a patch",
+        model=MODEL,
+        specs=[spec],
+        websockets=websockets,
+        remote_compaction=True,
+        timeout=120,
+    )
     assert run.setup is not None and 'name = "OpenAI"' in run.setup.config_path.read_text()
     assert run.ok, run.describe()
     assert run.final_message == "Finished after compaction.", run.describe()

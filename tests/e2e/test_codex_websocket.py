@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.codex_cli import codex_versions, run_codex_in, serving_tapped
+from tests.e2e.codex_cli import codex_versions, run_tapped
 from tests.support.fake_upstream import Reply, text_reply, tool_calls_reply
 
 pytestmark = pytest.mark.e2e
@@ -42,16 +42,15 @@ def script(body: JSON) -> Reply:
 
 @codex_versions
 def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path, codex_version: str) -> None:
-    with serving_tapped(script) as (gateway, fake, traffic):
-        run = run_codex_in(
-            tmp_path,
-            "Write a.txt with a command, then add notes.txt with a patch",
-            base_url=gateway,
-            model=MODEL,
-            websockets=True,
-            timeout=120,
-            version=codex_version,
-        )
+    run, fake, traffic = run_tapped(
+        tmp_path,
+        script,
+        "Write a.txt with a command, then add notes.txt with a patch",
+        model=MODEL,
+        websockets=True,
+        timeout=120,
+        version=codex_version,
+    )
     assert run.setup is not None and "supports_websockets = true" in run.setup.config_path.read_text()
     assert run.ok, run.describe()
     assert run.final_message == "Done; the command printed hi.", run.describe()
