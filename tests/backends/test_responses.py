@@ -35,7 +35,7 @@ from tests.support.fake_responses import (
 )
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.openresponses import validate_response, validate_stream
-from tests.support.sse import sse_events, stream_events
+from tests.support.sse import leave_at_the_first_delta, sse_events, stream_events
 
 Event = dict[str, Any]
 INNER = "http://inner.test/v1"  # the second codexgate, a Responses server
@@ -378,12 +378,7 @@ async def test_a_client_that_leaves_cancels_the_upstream_request() -> None:
         server,
         _,
     ):
-        async with client.stream(
-            "POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}
-        ) as reply:
-            async for chunk in reply.aiter_bytes():
-                if b"output_text.delta" in chunk:
-                    break
+        await leave_at_the_first_delta(client, {"model": "m", "input": "x"})
         async with asyncio.timeout(5):
             await server.left.wait()
     assert server.disconnects == 1

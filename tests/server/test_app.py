@@ -28,7 +28,7 @@ from tests.support.fake_upstream import (
     tool_calls_reply,
 )
 from tests.support.openresponses import validate_response
-from tests.support.sse import stream_events
+from tests.support.sse import leave_at_the_first_delta, stream_events
 
 UPSTREAM = "http://upstream.test/v1"
 
@@ -276,12 +276,7 @@ async def test_finish_reason_length_is_incomplete() -> None:
 async def test_a_client_that_disconnects_cancels_the_upstream_request() -> None:
     slow = text_reply("word " * 200, chunk_chars=5, delay_between_chunks=0.02)
     async with gateway([slow]) as (client, fake, _):
-        async with client.stream(
-            "POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}
-        ) as response:
-            async for chunk in response.aiter_bytes():
-                if b"output_text.delta" in chunk:
-                    break
+        await leave_at_the_first_delta(client, {"model": "m", "input": "x"})
         await fake.wait_for_disconnects(1, timeout=5)
     assert fake.disconnects == 1
 

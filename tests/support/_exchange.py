@@ -33,6 +33,18 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+async def read_body(receive: Receive) -> bytes | None:
+    """An ASGI app's whole request body, or None if the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
 class ClientDisconnected(OSError):
     """Raised by `send()` after the client went away, when the exchange is asked to."""
 

@@ -37,3 +37,11 @@ async def stream_events(client: httpx.AsyncClient, body: JSON) -> list[JSON]:
     events = sse_events(response.content)
     validate_stream(events)
     return events
+
+
+async def leave_at_the_first_delta(client: httpx.AsyncClient, body: JSON) -> None:
+    """`body` streamed from `/v1/responses`, closed at the first text delta: a client that leaves."""
+    async with client.stream("POST", "/v1/responses", json={**body, "stream": True}) as response:
+        async for chunk in response.aiter_bytes():
+            if b"output_text.delta" in chunk:
+                break

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support._exchange import Receive, Scope, Send
+from tests.support._exchange import Receive, Scope, Send, read_body
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body
@@ -141,12 +141,7 @@ async def test_streaming_client_passes_the_request_through() -> None:
     seen: dict[str, Any] = {}
 
     async def echo(scope: Scope, receive: Receive, send: Send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive) or b""
         seen.update(scope=scope, body=body)
         await send({"type": "http.response.start", "status": 201, "headers": []})
         await send({"type": "http.response.body", "body": body})
