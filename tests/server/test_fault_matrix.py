@@ -16,6 +16,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
+from tests.support._exchange import ExchangeOptions
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, cut_reply, error_reply, openai_error, raw_reply
@@ -213,7 +214,7 @@ FAULTS = [
 async def gateway(
     upstream: Any, **settings: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, ASGIUpstreamTransport]]:
-    transport = ASGIUpstreamTransport(upstream, raise_on_send_after_disconnect=True)
+    transport = ASGIUpstreamTransport(upstream, options=ExchangeOptions(raise_on_send_after_disconnect=True))
     flags = {"discover": False, "upstream": UPSTREAM, "max_retries": 0, **settings}
     app = build_app(load_settings(flags, environ={}), transport=transport, environ={})
     async with httpx.AsyncClient(

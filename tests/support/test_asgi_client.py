@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support._exchange import Receive, Scope, Send, read_body
+from tests.support._exchange import ExchangeOptions, Receive, Scope, Send, read_body
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body
@@ -130,7 +130,7 @@ async def test_streaming_client_cancels_an_app_that_ignores_disconnect() -> None
             cancelled.set()
             raise
 
-    transport = StreamingASGITransport(deaf, disconnect_grace=0.05)
+    transport = StreamingASGITransport(deaf, options=ExchangeOptions(disconnect_grace=0.05))
     async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
         async with client.stream("GET", "http://gw/") as response:
             await anext(aiter(response.aiter_raw()))
