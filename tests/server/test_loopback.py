@@ -10,6 +10,7 @@ import sys
 import httpx
 import orjson
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from tests.support.fake_upstream import FakeUpstream, cut_reply, stall_reply, text_reply
@@ -93,19 +94,16 @@ def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made()
 
 
 def test_websocket_mode_is_served_on_the_real_server() -> None:
-    headers = {
-        "connection": "Upgrade",
-        "upgrade": "websocket",
-        "sec-websocket-version": "13",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "openai-beta": "responses_websockets=2026-02-06",
-    }
+    beta = {"openai-beta": "responses_websockets=2026-02-06"}
     with serve_process("--upstream", "http://127.0.0.1:9/v1", "--no-discover") as gw:
-        other = httpx.get(gw.base + "/v1/chat/completions", headers=headers)
-        with ws_connect(gw.base.replace("http", "ws") + "/v1/responses", open_timeout=10) as ws:
+        base = gw.base.replace("http", "ws")
+        with pytest.raises(InvalidStatus) as other:
+            with ws_connect(base + "/v1/chat/completions", additional_headers=beta, open_timeout=10):
+                pass
+        with ws_connect(base + "/v1/responses", open_timeout=10) as ws:
             ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}).decode())
             frame = orjson.loads(ws.recv(timeout=30))
-    assert other.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
+    assert other.value.response.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
     assert frame["type"] == "error" and frame["error"]["code"] == "upstream_unreachable"
 
 
