@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.gateways import responses_chain
-from tests.support.tools import WEATHER
+from tests.support.tools import WEATHER, the_tool_call
 
 JSON = dict[str, Any]
 
@@ -80,8 +80,7 @@ async def test_a_tool_call_and_its_result_cross_both_gateways(tmp_path: Path, st
                                          "function": {"name": name, "arguments": arguments}}]}  # fmt: skip
         else:
             first = await client.chat.completions.create(model="m", messages=messages, tools=[WEATHER])
-            assert first.choices[0].finish_reason == "tool_calls"
-            [call] = first.choices[0].message.tool_calls or []
+            call = the_tool_call(first)
             call_id, name, arguments = call.id, call.function.name, call.function.arguments
             assistant = first.choices[0].message.model_dump(exclude_none=True)
         assert (name, json.loads(arguments)) == ("get_weather", {"city": "Oslo"})
