@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STARTUP_SECONDS = 30.0
+RUNNING_ON = re.compile(r"running on (http://\S+)", re.IGNORECASE)  # uvicorn's line once it serves
 
 
 def free_port() -> int:
@@ -128,8 +130,9 @@ def serve_process(*args: str, env: Mapping[str, str] | None = None) -> Iterator[
         for raw in process.stdout:  # ends when the process does
             line = raw.decode(errors="replace").rstrip("\n")
             served.output.append(line)
-            if not served.base and "running on http://" in line.lower():
-                served.base = line.split("running on ", 1)[1].split()[0]
+            found = None if served.base else RUNNING_ON.search(line)
+            if found:
+                served.base = found.group(1)
                 started.set()
         started.set()
 
