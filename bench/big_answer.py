@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import orjson  # noqa: E402
+from tests.support._exchange import ExchangeOptions  # noqa: E402
 from tests.support.asgi_upstream import ASGIUpstreamTransport  # noqa: E402
 
 from codexgate.app import build_app  # noqa: E402
@@ -67,7 +68,7 @@ async def _run(stream: bool, total: int, delta: int) -> tuple[int, float]:
         {"upstream": "http://upstream.test/v1", "discover": False, "max_output_bytes": 2 * total},
         environ={},
     )
-    transport = ASGIUpstreamTransport(BigUpstream(total, delta), buffer_chunks=2)
+    transport = ASGIUpstreamTransport(BigUpstream(total, delta), options=ExchangeOptions(buffer_chunks=2))
     app = build_app(settings, transport=transport, environ={})
     body = orjson.dumps({"model": "m", "input": "hi", "stream": stream})
     received = 0

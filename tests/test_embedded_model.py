@@ -6,34 +6,24 @@ stand-in in tests/backends/embedded/test_embedded.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import socket
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-from codexgate.app import build_app
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE
-from codexgate.config import load_settings
-from codexgate.wire.sse import SSEDecoder
-from tests.backends.embedded.test_embedded import dead, wait_until
+from tests.support.embedded_gateway import gateway, health_when, serving
 from tests.support.llama_server import llama_cache, llama_runtime
-from tests.support.servers import arun_asgi_server
+from tests.support.processes import dead, free_port, wait_until
+from tests.support.sse import sse_events
 
 
 @pytest.fixture
 def flags(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Settings that leave the gateway nothing but the embedded model, from the tests' runtime."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    closed = f"http://127.0.0.1:{free_port()}/v1"
     monkeypatch.setattr("codexgate.backends.discovery.LOCAL_SERVERS", (("Test server", closed),))
     server, model = os.environ.get("CODEXGATE_LLAMA_SERVER"), os.environ.get("CODEXGATE_LLAMA_MODEL")
     if not (server and model):
@@ -44,26 +34,7 @@ def flags(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"llama_dir": str(llama_cache()), "llama_server": str(server), "upstreams": [upstream]}
 
 
-@asynccontextmanager
-async def gateway(flags: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
-    app = build_app(load_settings(flags, environ={}), environ={})
-    async with arun_asgi_server(app, lifespan="on", shutdown_timeout=5) as url:
-        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-            yield client
-
-
-async def health_when(client: httpx.AsyncClient, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while True:
-        health: dict[str, Any] = (await client.get("/healthz")).json()
-        if check(health):
-            return health
-        assert time.monotonic() < deadline, f"/healthz never got there: {health}"
-        await asyncio.sleep(0.1)
-
-
-def serving(health: dict[str, Any]) -> bool:
-    return bool(health.get("embedded", {}).get("state") == "serving")
+SLOW = 120  # seconds: a real model on a shared CPU
 
 
 async def ask_capital(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
@@ -77,14 +48,14 @@ async def ask_capital(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
     }
     response = await client.post("/v1/responses", json=body)
     assert response.status_code == 200, response.text
-    events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+    events = sse_events(response.content)
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     return text, events[-1]
 
 
 async def test_the_embedded_model_answers_when_nothing_else_is_there(flags: dict[str, Any]) -> None:
-    async with gateway(flags) as client:
-        health = await health_when(client, serving)
+    async with gateway(flags, timeout=SLOW) as client:
+        health = await health_when(client, serving, SLOW)
         text, final = await ask_capital(client)
     assert "Paris" in text
     assert final["type"] == "response.completed" and final["response"]["usage"]["output_tokens"] <= 48
@@ -96,10 +67,10 @@ async def test_the_embedded_model_answers_when_nothing_else_is_there(flags: dict
 
 
 async def test_a_killed_llama_server_comes_back_and_none_is_left_behind(flags: dict[str, Any]) -> None:
-    async with gateway(flags) as client:
-        first = (await health_when(client, serving))["embedded"]["pid"]
+    async with gateway(flags, timeout=SLOW) as client:
+        first = (await health_when(client, serving, SLOW))["embedded"]["pid"]
         os.kill(first, signal.SIGKILL)
-        health = await health_when(client, lambda h: serving(h) and h["embedded"]["pid"] != first)
+        health = await health_when(client, lambda h: serving(h) and h["embedded"]["pid"] != first, SLOW)
         text, _ = await ask_capital(client)
     assert "Paris" in text and health["embedded"]["restarts"] == 1
     wait_until(lambda: dead(health["embedded"]["pid"]))

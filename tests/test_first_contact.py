@@ -4,7 +4,6 @@ worded by cause, and a gateway pointed at a wrong path."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from codexgate.cli import main
 from tests.server.test_app import gateway
 from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.support.processes import free_port
 from tests.support.servers import run_asgi_server
 
 
@@ -36,9 +36,7 @@ async def no_models(scope: Any, receive: Any, send: Any) -> None:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"  # closed once the block ends
+    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
 
 
 def test_doctor_says_unreachable_for_a_dead_server(capsys: pytest.CaptureFixture[str]) -> None:

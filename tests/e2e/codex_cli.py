@@ -30,13 +30,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from codexgate.app import build_app
 from codexgate.commands.codex_setup.catalog import (
     CodexSetupError,
     ModelSpec,
@@ -44,9 +46,12 @@ from codexgate.commands.codex_setup.catalog import (
     codex_base_instructions,
     write_codex_setup,
 )
+from codexgate.config import load_settings
 from codexgate.server.asgi import Message, Receive, Scope, Send
 from tests.support._exchange import ASGIApp
+from tests.support.fake_upstream import FakeUpstream
 from tests.support.scripts import install_once
+from tests.support.servers import run_asgi_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-codex.sh"
@@ -244,6 +249,33 @@ def run_codex_exec(
         returncode, out, err, timed_out = None, exc.stdout, exc.stderr, True
     events, unparsed = _parse_jsonl(out.splitlines())
     return CodexRun(argv, returncode, out, err, events, timed_out, setup, unparsed)
+
+
+def run_codex_in(tmp_path: Path, prompt: str, *, home: str = "home", **options: Any) -> CodexRun:
+    """`run_codex_exec` working in `tmp_path`/work, with its Codex home in `tmp_path`/`home`."""
+    return run_codex_exec(prompt, workdir=tmp_path / "work", codex_home=tmp_path / home, **options)
+
+
+@contextmanager
+def serving_tapped(script: Any, **flags: Any) -> Iterator[tuple[str, FakeUpstream, CodexTraffic]]:
+    """The gateway (settings from `flags`) over a FakeUpstream answering with `script`, both
+    served on loopback, behind a tap that records what Codex sends; yields the gateway's URL."""
+    fake = FakeUpstream(script)
+    with run_asgi_server(fake) as upstream:
+        settings = load_settings({"upstream": upstream + "/v1", "discover": False, **flags}, environ={})
+        traffic = CodexTraffic(build_app(settings, environ={}))
+        with run_asgi_server(traffic, lifespan="on") as gateway:
+            yield gateway, fake, traffic
+
+
+def run_tapped(
+    tmp_path: Path, script: Any, prompt: str, **options: Any
+) -> tuple[CodexRun, FakeUpstream, CodexTraffic]:
+    """One Codex run (`run_codex_in`, `options`) through `serving_tapped(script)`: the run, the
+    upstream and the tap, read once the servers have stopped."""
+    with serving_tapped(script) as (gateway, fake, traffic):
+        run = run_codex_in(tmp_path, prompt, base_url=gateway, **options)
+    return run, fake, traffic
 
 
 class _Timeout(Exception):

@@ -31,20 +31,13 @@ from tests.e2e.codex_cli import CODEX_VERSION, codex_binary, codex_versions, san
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.servers import arun_asgi_server
+from tests.support.tools import WEATHER, the_tool_call, with_tool_result
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "local-coder"
 JSON = dict[str, Any]
 PATCH = "*** Begin Patch\n*** Add File: notes.txt\n+written by codex\n*** End Patch\n"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def prompt_of(body: JSON) -> str:
@@ -182,12 +175,9 @@ async def test_the_clients_tool_is_called_inside_the_codex_turn(tmp_path: Path) 
         first = await agent.chat.chat.completions.create(
             model="codex-agent", messages=messages, tools=[WEATHER]
         )
-        choice = first.choices[0]
-        assert choice.finish_reason == "tool_calls"
-        [call] = choice.message.tool_calls or []
+        call = the_tool_call(first)
         assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
-        messages += [choice.message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]  # fmt: skip
+        messages += with_tool_result(first, "sunny, 21 C")
         second = await agent.chat.chat.completions.create(
             model="codex-agent", messages=messages, tools=[WEATHER]
         )

@@ -17,13 +17,10 @@ from typing import Any
 
 import pytest
 
-from codexgate.app import build_app
 from codexgate.commands.codex_setup.catalog import ModelSpec
-from codexgate.config import load_settings
 from codexgate.translate.compaction import SUMMARY_PROMPT
-from tests.e2e.codex_cli import CodexTraffic, run_codex_exec
-from tests.support.fake_upstream import FakeUpstream, Reply, Usage, text_reply, tool_calls_reply
-from tests.support.servers import run_asgi_server
+from tests.e2e.codex_cli import run_tapped
+from tests.support.fake_upstream import Reply, Usage, text_reply, tool_calls_reply
 
 pytestmark = pytest.mark.e2e
 
@@ -71,23 +68,17 @@ def script(body: JSON) -> Reply:
 
 @pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
 def test_remote_compaction_mid_turn_with_the_upstream_summary(tmp_path: Path, websockets: bool) -> None:
-    fake = FakeUpstream(script)
     spec = ModelSpec(MODEL, WINDOW, auto_compact_token_limit=COMPACT_AT)
-    with run_asgi_server(fake) as upstream:
-        settings = load_settings({"upstream": upstream + "/v1", "discover": False}, environ={})
-        traffic = CodexTraffic(build_app(settings, environ={}))
-        with run_asgi_server(traffic, lifespan="on") as gateway:
-            run = run_codex_exec(
-                "Write a.txt with a command, then add notes.txt with a patch",
-                base_url=gateway,
-                model=MODEL,
-                workdir=tmp_path / "work",
-                codex_home=tmp_path / "home",
-                specs=[spec],
-                websockets=websockets,
-                remote_compaction=True,
-                timeout=120,
-            )
+    run, fake, traffic = run_tapped(
+        tmp_path,
+        script,
+        "Write a.txt with a command, then add notes.txt with a patch",
+        model=MODEL,
+        specs=[spec],
+        websockets=websockets,
+        remote_compaction=True,
+        timeout=120,
+    )
     assert run.setup is not None and 'name = "OpenAI"' in run.setup.config_path.read_text()
     assert run.ok, run.describe()
     assert run.final_message == "Finished after compaction.", run.describe()

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
-from tests.e2e.codex_cli import CODEX_VERSION, CodexRun, CodexTraffic, codex_versions, run_codex_exec
+from tests.e2e.codex_cli import CODEX_VERSION, CodexRun, codex_versions, run_codex_in, serving_tapped
 from tests.support.fake_upstream import (
     FakeUpstream,
     Reply,
@@ -28,7 +26,6 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
-from tests.support.servers import run_asgi_server
 
 pytestmark = pytest.mark.e2e
 
@@ -36,37 +33,20 @@ MODEL = "local-coder"
 JSON = dict[str, Any]
 
 
-@contextmanager
-def serving_tapped(script: Any) -> Iterator[tuple[str, FakeUpstream, CodexTraffic]]:
-    """The gateway over a FakeUpstream, behind a tap that records what Codex sends."""
-    fake = FakeUpstream(script)
-    with run_asgi_server(fake) as upstream:
-        settings = load_settings(
-            {"upstream": upstream + "/v1", "discover": False, "retry_backoff": 0.05}, environ={}
-        )
-        traffic = CodexTraffic(build_app(settings, environ={}))
-        with run_asgi_server(traffic, lifespan="on") as gateway:
-            yield gateway, fake, traffic
+RETRY_BACKOFF = 0.05  # seconds: retries come at once
 
 
 @contextmanager
 def serving(script: Any) -> Iterator[tuple[str, FakeUpstream]]:
-    with serving_tapped(script) as (gateway, fake, _):
+    with serving_tapped(script, retry_backoff=RETRY_BACKOFF) as (gateway, fake, _):
         yield gateway, fake
 
 
 def codex(
     tmp_path: Path, gateway: str, prompt: str, *extra: str, timeout: float = 120, version: str = CODEX_VERSION
 ) -> CodexRun:
-    return run_codex_exec(
-        prompt,
-        base_url=gateway,
-        model=MODEL,
-        workdir=tmp_path / "work",
-        codex_home=tmp_path / "home",
-        extra_args=extra,
-        timeout=timeout,
-        version=version,
+    return run_codex_in(
+        tmp_path, prompt, base_url=gateway, model=MODEL, extra_args=extra, timeout=timeout, version=version
     )
 
 
@@ -114,7 +94,7 @@ def test_exec_command_then_an_answer_from_its_output(tmp_path: Path, codex_versi
         return text_reply("The file says: " + ("42" if "the answer is 42" in output else "???"))
 
     steps = by_step(lambda _: tool_calls_reply([exec_call("cat secret.txt")]), answer)
-    with serving_tapped(steps) as (gateway, fake, traffic):
+    with serving_tapped(steps, retry_backoff=RETRY_BACKOFF) as (gateway, fake, traffic):
         run = codex(tmp_path, gateway, "What is in secret.txt?", version=codex_version)
     assert run.ok, run.describe()
     assert [c["command"] for c in run.command_executions][0].endswith(

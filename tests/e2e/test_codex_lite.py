@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.codex_cli import CodexRun, codex_binary, run_codex_exec
+from tests.e2e.codex_cli import CodexRun, codex_binary, run_codex_in
 from tests.e2e.test_codex_gateway import JSON, serving, tool_results
 from tests.support.fake_upstream import Reply, text_reply, tool_calls_reply
 
@@ -47,12 +47,11 @@ def lite_catalog(path: Path) -> Path:
 
 def run_lite(tmp_path: Path, gateway: str, prompt: str, timeout: float = 150) -> CodexRun:
     catalog = lite_catalog(tmp_path / "lite-models.json")
-    return run_codex_exec(
+    return run_codex_in(
+        tmp_path,
         prompt,
         base_url=gateway,
         model=SLUG,
-        workdir=tmp_path / "work",
-        codex_home=tmp_path / "home",
         extra_args=["-c", f"model_catalog_json={json.dumps(str(catalog))}", "-c", "agents.enabled=true"],
         timeout=timeout,
     )

@@ -18,8 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
+from tests.e2e.codex_cli import serving_tapped
 from tests.e2e.test_codex_gateway import JSON, codex
 from tests.support.fake_upstream import (
     FakeUpstream,
@@ -31,7 +30,6 @@ from tests.support.fake_upstream import (
     stall_reply,
     text_reply,
 )
-from tests.support.servers import run_asgi_server
 
 pytestmark = pytest.mark.e2e
 
@@ -42,12 +40,8 @@ IDLE_TIMEOUT = 1.0  # seconds; the stalled attempt below waits on it once
 
 @contextmanager
 def serving(script: Any) -> Iterator[tuple[str, FakeUpstream]]:
-    fake = FakeUpstream(script)
-    with run_asgi_server(fake) as upstream:
-        config = {"upstream": upstream + "/v1", "discover": False, "idle_timeout": IDLE_TIMEOUT}
-        settings = load_settings(config, environ={})
-        with run_asgi_server(build_app(settings, environ={}), lifespan="on") as gateway:
-            yield gateway, fake
+    with serving_tapped(script, idle_timeout=IDLE_TIMEOUT) as (gateway, fake, _):
+        yield gateway, fake
 
 
 def looping(_: JSON) -> Reply:

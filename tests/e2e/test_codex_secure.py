@@ -18,7 +18,7 @@ import uvicorn
 from codexgate.app import build_app
 from codexgate.config import Settings, load_settings
 from codexgate.server.serve import connection_limits, uvicorn_config
-from tests.e2e.codex_cli import run_codex_exec
+from tests.e2e.codex_cli import CodexRun, run_codex_in
 from tests.support.fake_upstream import FakeUpstream, Reply, text_reply, tool_calls_reply
 from tests.support.servers import run_asgi_server
 
@@ -54,6 +54,14 @@ def secure_gateway(upstream: str, **limits: Any) -> Iterator[str]:
         sock.close()
 
 
+def codex_with_key(tmp_path: Path, gateway: str, prompt: str, key: str, **options: Any) -> CodexRun:
+    """Codex sending `key` as its bearer token."""
+    env = {"CODEXGATE_TEST_KEY": key}
+    return run_codex_in(
+        tmp_path, prompt, base_url=gateway, model=MODEL, env_key="CODEXGATE_TEST_KEY", env=env, **options
+    )
+
+
 def two_turns(body: dict[str, Any]) -> Reply:
     if any(m["role"] == "tool" for m in body["messages"]):
         return text_reply("The file says hello.")
@@ -67,28 +75,11 @@ def test_codex_runs_a_tool_turn_with_a_key_through_the_limited_server(tmp_path: 
         with secure_gateway(upstream + "/v1", **limits) as gateway:
             (tmp_path / "work").mkdir()
             (tmp_path / "work" / "note.txt").write_text("hello\n")
-            run = run_codex_exec(
-                "What does note.txt say?",
-                base_url=gateway,
-                model=MODEL,
-                workdir=tmp_path / "work",
-                codex_home=tmp_path / "home",
-                env_key="CODEXGATE_TEST_KEY",
-                env={"CODEXGATE_TEST_KEY": KEY},
-            )
+            run = codex_with_key(tmp_path, gateway, "What does note.txt say?", KEY)
             assert run.ok, run.describe()
             assert run.final_message == "The file says hello."
             assert len(fake.requests) == 2
-            refused = run_codex_exec(
-                "hi",
-                base_url=gateway,
-                model=MODEL,
-                workdir=tmp_path / "work",
-                codex_home=tmp_path / "home2",
-                env_key="CODEXGATE_TEST_KEY",
-                env={"CODEXGATE_TEST_KEY": "not-the-key-000"},
-                timeout=60,
-            )
+            refused = codex_with_key(tmp_path, gateway, "hi", "not-the-key-000", home="home2", timeout=60)
             assert not refused.ok
             # Codex shows why: "unexpected status 401 Unauthorized: Incorrect API key provided."
             assert any("401" in e and "Incorrect API key" in e for e in refused.errors), refused.describe()

@@ -15,11 +15,8 @@ from typing import Any
 
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
-from tests.e2e.codex_cli import CodexTraffic, codex_versions, run_codex_exec
-from tests.support.fake_upstream import FakeUpstream, Reply, text_reply, tool_calls_reply
-from tests.support.servers import run_asgi_server
+from tests.e2e.codex_cli import codex_versions, run_tapped
+from tests.support.fake_upstream import Reply, text_reply, tool_calls_reply
 
 pytestmark = pytest.mark.e2e
 
@@ -45,21 +42,15 @@ def script(body: JSON) -> Reply:
 
 @codex_versions
 def test_a_tool_loop_runs_over_one_websocket_with_continuations(tmp_path: Path, codex_version: str) -> None:
-    fake = FakeUpstream(script)
-    with run_asgi_server(fake) as upstream:
-        settings = load_settings({"upstream": upstream + "/v1", "discover": False}, environ={})
-        traffic = CodexTraffic(build_app(settings, environ={}))
-        with run_asgi_server(traffic, lifespan="on") as gateway:
-            run = run_codex_exec(
-                "Write a.txt with a command, then add notes.txt with a patch",
-                base_url=gateway,
-                model=MODEL,
-                workdir=tmp_path / "work",
-                codex_home=tmp_path / "home",
-                websockets=True,
-                timeout=120,
-                version=codex_version,
-            )
+    run, fake, traffic = run_tapped(
+        tmp_path,
+        script,
+        "Write a.txt with a command, then add notes.txt with a patch",
+        model=MODEL,
+        websockets=True,
+        timeout=120,
+        version=codex_version,
+    )
     assert run.setup is not None and "supports_websockets = true" in run.setup.config_path.read_text()
     assert run.ok, run.describe()
     assert run.final_message == "Done; the command printed hi.", run.describe()

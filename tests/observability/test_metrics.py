@@ -21,7 +21,7 @@ from codexgate.config import load_settings
 from codexgate.observability.metrics import OTHER, BoundedLabel, Metrics
 from codexgate.server.app import GatewayApp
 from codexgate.server.exchange import Exchange
-from tests.server.test_app import UPSTREAM, sse_events
+from tests.server.test_app import UPSTREAM
 from tests.server.test_open_models import APPLY_PATCH, EXEC
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -35,6 +35,7 @@ from tests.support.fake_upstream import (
     tool_calls_reply,
 )
 from tests.support.servers import arun_asgi_server
+from tests.support.sse import sse_events
 from tests.translate.open_models.test_loops import SMOLLM2_LOOP
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

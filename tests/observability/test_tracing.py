@@ -23,11 +23,13 @@ from codexgate.observability.tracing import Tracing, traces_url
 from codexgate.server.app import GatewayApp
 from codexgate.server.exchange import Exchange
 from codexgate.server.observe import Observer
-from tests.server.test_app import UPSTREAM, sse_events
+from tests.server.test_app import UPSTREAM
+from tests.support._exchange import read_body
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, Usage, cut_reply, error_reply, openai_error, text_reply
 from tests.support.servers import arun_asgi_server
+from tests.support.sse import sse_events
 
 
 @asynccontextmanager
@@ -184,12 +186,7 @@ class Collector:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive) or b""
         status = 404
         if scope["method"] == "POST" and scope["path"] == "/v1/traces":
             request = ExportTraceServiceRequest()

@@ -16,7 +16,6 @@ import pytest
 from codexgate.app import build_app
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
-from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import (
@@ -29,7 +28,8 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
-from tests.support.openresponses import validate_response, validate_stream
+from tests.support.openresponses import validate_response
+from tests.support.sse import leave_at_the_first_delta, stream_events
 
 UPSTREAM = "http://upstream.test/v1"
 
@@ -50,19 +50,6 @@ async def gateway(
         transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
     ) as client:
         yield client, fake, transport
-
-
-def sse_events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(data) for data in SSEDecoder().feed(raw)]
-
-
-async def stream_events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
-    response = await client.post("/v1/responses", json={**body, "stream": True})
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(response.content)
-    validate_stream(events)
-    return events
 
 
 def terminal(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -290,12 +277,7 @@ async def test_finish_reason_length_is_incomplete() -> None:
 async def test_a_client_that_disconnects_cancels_the_upstream_request() -> None:
     slow = text_reply("word " * 200, chunk_chars=5, delay_between_chunks=0.02)
     async with gateway([slow]) as (client, fake, _):
-        async with client.stream(
-            "POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}
-        ) as response:
-            async for chunk in response.aiter_bytes():
-                if b"output_text.delta" in chunk:
-                    break
+        await leave_at_the_first_delta(client, {"model": "m", "input": "x"})
         await fake.wait_for_disconnects(1, timeout=5)
     assert fake.disconnects == 1
 

@@ -23,16 +23,9 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
+from tests.support.tools import WEATHER, the_tool_call, with_tool_result
 
 UPSTREAM = "http://upstream.test/v1"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
 
@@ -77,12 +70,10 @@ async def test_a_tool_call_and_its_result_make_a_conversation() -> None:
                                          {"type": "image_url", "image_url": {"url": IMAGE}}]},
         ]  # fmt: skip
         first = await client.chat.completions.create(model="qwen", messages=messages, tools=[WEATHER])
-        choice = first.choices[0]
-        assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me check."
-        [call] = choice.message.tool_calls or []
+        call = the_tool_call(first)
+        assert first.choices[0].message.content == "Let me check."
         assert (call.id, call.function.name, call.function.arguments) == ("call_w1", "get_weather", '{"city": "Oslo"}')
-        messages += [choice.message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": "21 C, sunny"}]  # fmt: skip
+        messages += with_tool_result(first, "21 C, sunny")
         second = await client.chat.completions.create(model="qwen", messages=messages, tools=[WEATHER])
     assert second.choices[0].message.content == "Sunny in Oslo."
     upstream = fake.requests[1].body["messages"]

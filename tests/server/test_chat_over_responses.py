@@ -13,19 +13,10 @@ from typing import Any
 import openai
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import responses_chain
+from tests.support.tools import WEATHER, the_tool_call
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 JSON = dict[str, Any]
 
 
@@ -45,18 +36,8 @@ def model(body: JSON) -> Any:
 @asynccontextmanager
 async def chain(tmp_path: Path) -> AsyncIterator[tuple[openai.AsyncOpenAI, FakeUpstream]]:
     fake = FakeUpstream(model)
-    async with arun_asgi_server(fake) as fake_url:
-        inner = load_settings({"upstream": fake_url + "/v1", "discover": False}, environ={})
-        async with arun_asgi_server(build_app(inner, environ={}), lifespan="on") as inner_url:
-            config = tmp_path / "codexgate.toml"
-            config.write_text(
-                f'[[upstreams]]\nname = "oa"\nkind = "responses"\nbase_url = "{inner_url}/v1"\n'
-            )
-            outer = build_app(load_settings({"discover": False}, config, environ={}), environ={})
-            async with arun_asgi_server(outer, lifespan="on") as outer_url:
-                client = openai.AsyncOpenAI(api_key="unused", base_url=outer_url + "/v1", max_retries=0)
-                async with client:
-                    yield client, fake
+    async with responses_chain(tmp_path, fake) as client:
+        yield client, fake
 
 
 async def test_a_streamed_conversation_keeps_its_history(tmp_path: Path) -> None:
@@ -99,8 +80,7 @@ async def test_a_tool_call_and_its_result_cross_both_gateways(tmp_path: Path, st
                                          "function": {"name": name, "arguments": arguments}}]}  # fmt: skip
         else:
             first = await client.chat.completions.create(model="m", messages=messages, tools=[WEATHER])
-            assert first.choices[0].finish_reason == "tool_calls"
-            [call] = first.choices[0].message.tool_calls or []
+            call = the_tool_call(first)
             call_id, name, arguments = call.id, call.function.name, call.function.arguments
             assistant = first.choices[0].message.model_dump(exclude_none=True)
         assert (name, json.loads(arguments)) == ("get_weather", {"city": "Oslo"})

@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
-from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import gateway_over
+from tests.support.sse import sse_events
 
 JSON = dict[str, Any]
 ALICE = "alice-key-0123456789abcdef"
@@ -45,15 +42,10 @@ def assistant(text: str) -> JSON:
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, FakeUpstream]]:
     fake = FakeUpstream(model)
     environ = {"CODEXGATE_API_KEYS": f"alice={ALICE},bob={BOB}"}
-    async with arun_asgi_server(fake) as fake_url:
-        settings = load_settings(
-            {"upstream": fake_url + "/v1", "discover": False, "store_path": str(tmp_path / "s.db")},
-            environ=environ,
-        )
-        async with arun_asgi_server(build_app(settings, environ=environ), lifespan="on") as url:
-            headers = {"Authorization": f"Bearer {ALICE}"}
-            async with httpx.AsyncClient(base_url=url + "/v1", headers=headers, timeout=10) as client:
-                yield client, fake
+    async with gateway_over(fake, environ, store_path=str(tmp_path / "s.db")) as url:
+        headers = {"Authorization": f"Bearer {ALICE}"}
+        async with httpx.AsyncClient(base_url=url + "/v1", headers=headers, timeout=10) as client:
+            yield client, fake
 
 
 HISTORY = [user("count to one"), assistant("one"), user("count to two"), assistant("two")]
@@ -68,7 +60,7 @@ async def test_a_compaction_trigger_gets_exactly_one_compaction_item(tmp_path: P
             "stream": True,
         }
         reply = await client.post("/responses", json=body)
-        events = [orjson.loads(d) for d in SSEDecoder().feed(reply.content)]
+        events = sse_events(reply.content)
         summarising = fake.requests[-1].body
         done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
         assert len(done) == 1 and done[0]["type"] == "compaction"

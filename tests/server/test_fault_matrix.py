@@ -17,10 +17,11 @@ import pytest
 from codexgate.app import build_app
 from codexgate.config import load_settings
 from codexgate.server.asgi import Scope
-from codexgate.wire.sse import SSEDecoder
+from tests.support._exchange import ExchangeOptions
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, cut_reply, error_reply, openai_error, raw_reply
+from tests.support.sse import sse_events
 
 UPSTREAM = "http://upstream.test/v1"
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
@@ -213,7 +214,7 @@ FAULTS = [
 async def gateway(
     upstream: Any, **settings: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, ASGIUpstreamTransport]]:
-    transport = ASGIUpstreamTransport(upstream, raise_on_send_after_disconnect=True)
+    transport = ASGIUpstreamTransport(upstream, options=ExchangeOptions(raise_on_send_after_disconnect=True))
     flags = {"discover": False, "upstream": UPSTREAM, "max_retries": 0, **settings}
     app = build_app(load_settings(flags, environ={}), transport=transport, environ={})
     async with httpx.AsyncClient(
@@ -246,7 +247,7 @@ async def test_upstream_fault(fault: Fault, mode: str) -> None:
     assert response.status_code == status, response.text
     final: dict[str, Any] | None = None
     if mode == "stream" and status == 200:
-        events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+        events = sse_events(response.content)
         terminals = [e for e in events if e["type"] in TERMINAL]
         assert len(terminals) == 1 and events[-1] is terminals[0]
         assert terminals[0]["type"] == outcome

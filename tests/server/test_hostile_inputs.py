@@ -26,6 +26,7 @@ from codexgate.wire.sse import SSEDecoder, SSEEventTooLarge
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
+from tests.support.sse import sse_events
 
 UPSTREAM = "http://upstream.test/v1"
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
@@ -59,7 +60,7 @@ def check_answer(response: httpx.Response, streamed: bool) -> None:
         assert error["type"] == "invalid_request_error" and error["message"]
         return
     if streamed:
-        events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+        events = sse_events(response.content)
         terminals = [e for e in events if e["type"] in TERMINAL]
         assert len(terminals) == 1 and events[-1] is terminals[0], [e["type"] for e in events]
     else:

@@ -17,8 +17,8 @@ from codexgate.config import ConfigError, load_settings
 from codexgate.redact import MASK, RedactingFilter, Redactor
 from codexgate.server.exchange import Exchange
 from codexgate.server.logs import JsonFormatter, uvicorn_log_config
-from tests.server.test_loopback import gateway_process
 from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.support.processes import serve_process
 from tests.support.servers import run_asgi_server
 
 SECRET = "sk-upstream-secret-0123456789"
@@ -31,23 +31,23 @@ def test_the_served_gateway_logs_one_json_object_per_line_with_secrets_masked(
     fake = FakeUpstream([text_reply("hi")])
     with (
         run_asgi_server(fake) as upstream,
-        gateway_process(
+        serve_process(
             "--upstream", upstream + "/v1", "--upstream-api-key-env", "UP_KEY", "--no-discover",
             "--log-format", "json",
-        ) as (gw, lines),
+        ) as gw,
     ):  # fmt: skip
         # A hostile client names the upstream's key as its model: it is logged masked.
-        response = httpx.post(gw + "/v1/responses", json={"model": SECRET, "input": "hi"}, timeout=10)
+        response = httpx.post(gw.base + "/v1/responses", json={"model": SECRET, "input": "hi"}, timeout=10)
         assert response.status_code == 200
     assert fake.requests[0].headers["authorization"] == f"Bearer {SECRET}"  # the key was in use
-    records = [orjson.loads(line) for line in lines if line.strip()]  # raises if a line is not JSON
+    records = [orjson.loads(line) for line in gw.output if line.strip()]  # raises if a line is not JSON
     assert all({"timestamp", "level", "logger", "message"} <= record.keys() for record in records)
     [access] = [r for r in records if r["logger"] == "codexgate.access"]
     assert access["level"] == "info" and access["model"] == MASK
     assert access["status"] == 200 and access["outcome"] == "completed" and access["upstream"] == "default"
     assert isinstance(access["duration_ms"], int) and access["input_tokens"] > 0
     assert any(r["logger"].startswith("uvicorn") for r in records)  # uvicorn's own lines too
-    assert not any(SECRET in line for line in lines)
+    assert not any(SECRET in line for line in gw.output)
 
 
 def _format(record: logging.LogRecord, redactor: Redactor | None = None) -> dict[str, Any]:

@@ -4,82 +4,33 @@ real connection drops, the CLI's defaults."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import httpx
 import orjson
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from codexgate.wire.sse import SSEDecoder
 from tests.support.fake_upstream import FakeUpstream, cut_reply, stall_reply, text_reply
 from tests.support.openresponses import validate_stream
+from tests.support.processes import serve_process, wait_until
 from tests.support.servers import run_asgi_server
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def gateway_process(*args: str) -> Iterator[tuple[str, list[str]]]:
-    """`codexgate serve` on a free port; yields its base URL and, after exit, its log lines."""
-    port = _free_port()
-    command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", str(port), *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("CODEXGATE_UPSTREAM", None)
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    log: list[str] = []
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(base + "/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "gateway did not start: " + (process.stdout.read().decode() if process.stdout else "")
-                    ) from None
-                time.sleep(0.05)
-        yield base, log
-    finally:
-        process.terminate()
-        try:
-            out, _ = process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, _ = process.communicate()
-        log.extend(out.decode().splitlines())
-
-
-def _events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(d) for d in SSEDecoder().feed(raw)]
+from tests.support.sse import sse_events
 
 
 def test_a_stream_through_the_real_server_and_client() -> None:
     fake = FakeUpstream([text_reply("over real sockets", reasoning="hmm")])
     with (
         run_asgi_server(fake) as upstream,
-        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+        serve_process("--upstream", upstream + "/v1", "--no-discover") as gw,
     ):
         response = httpx.post(
-            gw + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+            gw.base + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
         )
-        models = httpx.get(gw + "/v1/models", timeout=10).json()
-    events = _events(response.content)
+        models = httpx.get(gw.base + "/v1/models", timeout=10).json()
+    events = sse_events(response.content)
     validate_stream(events)
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"][-1]["content"][0]["text"] == "over real sockets"
@@ -90,12 +41,12 @@ def test_a_connection_dropped_by_the_upstream_is_a_failed_response() -> None:
     fake = FakeUpstream([cut_reply("half an ans")])
     with (
         run_asgi_server(fake) as upstream,
-        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+        serve_process("--upstream", upstream + "/v1", "--no-discover") as gw,
     ):
         response = httpx.post(
-            gw + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
+            gw.base + "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10
         )
-    events = _events(response.content)
+    events = sse_events(response.content)
     validate_stream(events)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "upstream_stream_cut"
@@ -105,17 +56,15 @@ def test_a_client_that_leaves_cancels_the_upstream_generation() -> None:
     fake = FakeUpstream([text_reply("tok " * 500, chunk_chars=4, delay_between_chunks=0.01)])
     with (
         run_asgi_server(fake) as upstream,
-        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+        serve_process("--upstream", upstream + "/v1", "--no-discover") as gw,
     ):
         with httpx.stream(
-            "POST", gw + "/v1/responses", json={"model": "m", "input": "x", "stream": True}, timeout=10
+            "POST", gw.base + "/v1/responses", json={"model": "m", "input": "x", "stream": True}, timeout=10
         ) as response:
             for chunk in response.iter_bytes():
                 if b"output_text.delta" in chunk:
                     break
-        deadline = time.monotonic() + 5
-        while fake.disconnects == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: fake.disconnects > 0, seconds=5, what="the upstream saw no disconnect")
     assert fake.disconnects == 1
 
 
@@ -127,9 +76,9 @@ def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made()
     request = {"model": "m", "input": "hi", "stream": True}
     with (
         run_asgi_server(fake) as upstream,
-        gateway_process("--upstream", upstream + "/v1", "--no-discover") as (gw, _),
+        serve_process("--upstream", upstream + "/v1", "--no-discover") as gw,
         httpx.stream(
-            "POST", gw + "/v1/responses", json=request, headers={"accept-encoding": "zstd,gzip"}, timeout=10
+            "POST", gw.base + "/v1/responses", json=request, headers={"accept-encoding": "zstd,gzip"}, timeout=10
         ) as response,
     ):
         raw = b""
@@ -140,30 +89,27 @@ def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made()
     assert response.status_code == 200
     assert "content-encoding" not in response.headers
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert [e["type"] for e in _events(raw)][:2] == ["response.created", "response.in_progress"]
+    assert [e["type"] for e in sse_events(raw)][:2] == ["response.created", "response.in_progress"]
     assert fake.requests[0].body["stream"] is True
 
 
 def test_websocket_mode_is_served_on_the_real_server() -> None:
-    headers = {
-        "connection": "Upgrade",
-        "upgrade": "websocket",
-        "sec-websocket-version": "13",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "openai-beta": "responses_websockets=2026-02-06",
-    }
-    with gateway_process("--upstream", "http://127.0.0.1:9/v1", "--no-discover") as (gw, _):
-        other = httpx.get(gw + "/v1/chat/completions", headers=headers)
-        with ws_connect(gw.replace("http", "ws") + "/v1/responses", open_timeout=10) as ws:
+    beta = {"openai-beta": "responses_websockets=2026-02-06"}
+    with serve_process("--upstream", "http://127.0.0.1:9/v1", "--no-discover") as gw:
+        base = gw.base.replace("http", "ws")
+        with pytest.raises(InvalidStatus) as other:
+            with ws_connect(base + "/v1/chat/completions", additional_headers=beta, open_timeout=10):
+                pass
+        with ws_connect(base + "/v1/responses", open_timeout=10) as ws:
             ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}).decode())
             frame = orjson.loads(ws.recv(timeout=30))
-    assert other.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
+    assert other.value.response.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
     assert frame["type"] == "error" and frame["error"]["code"] == "upstream_unreachable"
 
 
 def test_without_an_upstream_the_gateway_starts_and_explains() -> None:
-    with gateway_process("--no-discover") as (gw, _):
-        response = httpx.post(gw + "/v1/responses", json={"model": "m", "input": "x"}, timeout=10)
+    with serve_process("--no-discover") as gw:
+        response = httpx.post(gw.base + "/v1/responses", json={"model": "m", "input": "x"}, timeout=10)
     assert response.status_code == 503
     assert "--upstream" in response.json()["error"]["message"]
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
+from tests.server.test_app import UPSTREAM, gateway, terminal
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
+from tests.support.sse import stream_events
 
 EXEC = {
     "type": "function",

@@ -11,14 +11,10 @@ after."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -38,70 +34,36 @@ from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, stall_reply
 from tests.support.openresponses import validate_stream
+from tests.support.processes import ServedGateway, serve_process
 from tests.support.servers import run_asgi_server
+from tests.support.sse import iter_sse_events
 
 JSON = dict[str, Any]
 STALL = 60.0  # the upstream's silence mid-answer: longer than any test waits
+HI = {"model": "m", "input": "hi", "stream": True}
 
 
-@dataclass
-class Gateway:
-    base: str
-    process: subprocess.Popen[bytes]
-    output: list[str] = field(default_factory=list)
-
-    def signal(self, sig: int) -> float:
-        """Send `sig` to the gateway's process group (as a terminal's Ctrl-C reaches it);
-        returns when."""
-        os.killpg(self.process.pid, sig)
-        return time.monotonic()
-
-    def wait(self, timeout: float) -> int:
-        """The exit status; its output lands in `output`."""
-        out, _ = self.process.communicate(timeout=timeout)
-        self.output.extend(out.decode().splitlines())
-        return self.process.returncode
+def gateway_process(*args: str) -> AbstractContextManager[ServedGateway]:
+    return serve_process("--no-discover", *args)
 
 
-@contextmanager
-def gateway_process(*args: str) -> Iterator[Gateway]:
-    """`codexgate serve` in its own process group, on a port of its choosing (the log line
-    that names it is read: a port picked here could be taken before the gateway binds it)."""
-    command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", "0", "--no-discover", *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("CODEXGATE_UPSTREAM", None)
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    served = Gateway("", process)
-    try:
-        for raw in process.stdout:  # ends when the process does
-            line = raw.decode().rstrip("\n")
-            served.output.append(line)
-            if "running on http://" in line.lower():
-                served.base = line.split("running on ", 1)[1].split()[0]
-                break
-        if not served.base:
-            raise RuntimeError("gateway did not start:\n" + "\n".join(served.output))
-        yield served
-    finally:
-        if process.poll() is None:
-            process.kill()
-            served.wait(10)
+def stream_signalling(
+    gw: ServedGateway, path: str, body: JSON, sig: int, when: Callable[[list[JSON]], bool]
+) -> tuple[list[JSON], float]:
+    """Stream `body` from the gateway's `path`, sending it `sig` whenever `when(the events so far)`
+    holds; the events, and when `sig` was last sent."""
+    sent = 0.0
+    events: list[JSON] = []
+    with httpx.stream("POST", gw.base + path, json=body, timeout=30) as response:
+        for event in iter_sse_events(response.iter_bytes()):
+            events.append(event)
+            if when(events):
+                sent = gw.signal(sig)
+    return events, sent
 
 
-def _sse(lines: Iterator[bytes]) -> Iterator[JSON]:
-    decoder = SSEDecoder()
-    for chunk in lines:
-        for data in decoder.feed(chunk):
-            if data != b"[DONE]":
-                yield orjson.loads(data)
+def at_a_delta(events: list[JSON]) -> bool:
+    return bool(events[-1]["type"] == "response.output_text.delta")
 
 
 # -- Ctrl-C
@@ -123,13 +85,7 @@ def test_ctrl_c_prints_one_line_and_no_traceback(signals: int) -> None:
 def test_ctrl_c_ends_an_open_stream_at_once() -> None:
     fake = FakeUpstream([stall_reply("never finished", STALL)])
     with run_asgi_server(fake) as upstream, gateway_process("--upstream", upstream + "/v1") as gw:
-        body = {"model": "m", "input": "hi", "stream": True}
-        with httpx.stream("POST", gw.base + "/v1/responses", json=body, timeout=30) as response:
-            events: list[JSON] = []
-            for event in _sse(response.iter_bytes()):
-                events.append(event)
-                if event["type"] == "response.output_text.delta":
-                    gw.signal(signal.SIGINT)
+        events, _ = stream_signalling(gw, "/v1/responses", HI, signal.SIGINT, at_a_delta)
         assert gw.wait(20) == 130
     validate_stream(events)
     assert events[-1]["type"] == "response.failed"
@@ -146,13 +102,7 @@ def test_sigterm_ends_a_stream_still_open_after_the_grace() -> None:
         run_asgi_server(fake) as upstream,
         gateway_process("--upstream", upstream + "/v1", "--shutdown-grace", str(grace)) as gw,
     ):
-        body = {"model": "m", "input": "hi", "stream": True}
-        with httpx.stream("POST", gw.base + "/v1/responses", json=body, timeout=30) as response:
-            events: list[JSON] = []
-            for event in _sse(response.iter_bytes()):
-                events.append(event)
-                if event["type"] == "response.output_text.delta":
-                    sent = gw.signal(signal.SIGTERM)
+        events, sent = stream_signalling(gw, "/v1/responses", HI, signal.SIGTERM, at_a_delta)
         ended = time.monotonic() - sent
         status = gw.wait(20)
         exited = time.monotonic() - sent
@@ -172,13 +122,9 @@ def test_sigterm_lets_a_stream_finish_within_the_grace() -> None:
         run_asgi_server(fake) as upstream,
         gateway_process("--upstream", upstream + "/v1", "--shutdown-grace", "20") as gw,
     ):
-        body = {"model": "m", "input": "hi", "stream": True}
-        with httpx.stream("POST", gw.base + "/v1/responses", json=body, timeout=30) as response:
-            events: list[JSON] = []
-            for event in _sse(response.iter_bytes()):
-                events.append(event)
-                if event["type"] == "response.output_text.delta" and len(events) < 6:
-                    sent = gw.signal(signal.SIGTERM)
+        events, sent = stream_signalling(
+            gw, "/v1/responses", HI, signal.SIGTERM, lambda events: at_a_delta(events) and len(events) < 6
+        )
         status = gw.wait(20)
         exited = time.monotonic() - sent
     validate_stream(events)
@@ -195,12 +141,9 @@ def test_sigterm_ends_a_chat_stream_with_its_error_chunk() -> None:
         gateway_process("--upstream", upstream + "/v1", "--shutdown-grace", "0.5") as gw,
     ):
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        with httpx.stream("POST", gw.base + "/v1/chat/completions", json=body, timeout=30) as response:
-            chunks: list[JSON] = []
-            for chunk in _sse(response.iter_bytes()):
-                chunks.append(chunk)
-                if len(chunks) == 1:
-                    gw.signal(signal.SIGTERM)
+        chunks, _ = stream_signalling(
+            gw, "/v1/chat/completions", body, signal.SIGTERM, lambda chunks: len(chunks) == 1
+        )
         assert gw.wait(20) == 0
     assert chunks[-1]["error"]["code"] == SHUTTING_DOWN
 

@@ -12,10 +12,8 @@ from typing import Any
 
 import openai
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import responses_chain
 
 JSON = dict[str, Any]
 
@@ -29,20 +27,11 @@ def model(body: JSON) -> Any:
 
 @asynccontextmanager
 async def chain(tmp_path: Path) -> AsyncIterator[tuple[openai.AsyncOpenAI, FakeUpstream]]:
+    """The outer gateway keeps the chain (its own store); the inner one stores nothing."""
     fake = FakeUpstream(model)
-    async with arun_asgi_server(fake) as fake_url:
-        inner = load_settings({"upstream": fake_url + "/v1", "discover": False, "store": "none"}, environ={})
-        async with arun_asgi_server(build_app(inner, environ={}), lifespan="on") as inner_url:
-            config = tmp_path / "codexgate.toml"
-            config.write_text(
-                f'store_path = "{tmp_path / "outer.db"}"\n'
-                f'[[upstreams]]\nname = "oa"\nkind = "responses"\nbase_url = "{inner_url}/v1"\n'
-            )
-            outer = build_app(load_settings({"discover": False}, config, environ={}), environ={})
-            async with arun_asgi_server(outer, lifespan="on") as outer_url:
-                client = openai.AsyncOpenAI(api_key="unused", base_url=outer_url + "/v1", max_retries=0)
-                async with client:
-                    yield client, fake
+    outer_config = f'store_path = "{tmp_path / "outer.db"}"\n'
+    async with responses_chain(tmp_path, fake, outer_config=outer_config, store="none") as client:
+        yield client, fake
 
 
 async def test_chains_and_compaction_over_a_responses_upstream(tmp_path: Path) -> None:

@@ -5,14 +5,9 @@ outlives the gateway (a restart, and `kill -9` of a real `codexgate serve`)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +15,10 @@ import httpx
 import openai
 import pytest
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.servers import arun_asgi_server, run_asgi_server
+from tests.support.gateways import gateway_over
+from tests.support.processes import ServedGateway, serve_process
+from tests.support.servers import run_asgi_server
 
 JSON = dict[str, Any]
 ALICE = "alice-key-0123456789abcdef"
@@ -46,12 +41,8 @@ async def gateway(
 ) -> AsyncIterator[tuple[str, FakeUpstream]]:
     fake = fake or FakeUpstream(echo)
     environ = {"CODEXGATE_API_KEYS": ",".join(f"{n}={k}" for n, k in keys.items())} if keys else {}
-    async with arun_asgi_server(fake) as fake_url:
-        settings = load_settings(
-            {"upstream": fake_url + "/v1", "discover": False, "store_path": str(store_path)}, environ=environ
-        )
-        async with arun_asgi_server(build_app(settings, environ=environ), lifespan="on") as url:
-            yield url, fake
+    async with gateway_over(fake, environ, store_path=str(store_path)) as url:
+        yield url, fake
 
 
 def sdk(url: str, key: str = "unused") -> openai.AsyncOpenAI:
@@ -180,58 +171,31 @@ async def test_a_chain_continues_after_a_restart(tmp_path: Path) -> None:
     assert after.output_text == "heard: before / after"
 
 
-@contextmanager
-def serve_process(upstream: str, store_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    env = {**os.environ, "CODEXGATE_STORE_PATH": str(store_path), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", str(port), "--no-discover"]
-    process = subprocess.Popen(
-        [*command, "--upstream", upstream], env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "the gateway did not start"
-                time.sleep(0.05)
-        yield base, process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def serving_from(upstream: str, store_path: Path) -> AbstractContextManager[ServedGateway]:
+    """`codexgate serve` with its store at `store_path`."""
+    return serve_process("--no-discover", "--upstream", upstream, env={"CODEXGATE_STORE_PATH": str(store_path)})
 
 
 def test_what_was_acknowledged_survives_kill_9(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
     acknowledged: list[str] = []
     with run_asgi_server(FakeUpstream(echo)) as upstream:
-        with serve_process(upstream + "/v1", path) as (base, process):
+        with serving_from(upstream + "/v1", path) as gw:
             for n in range(20):
                 body = {"model": "m", "input": f"turn {n}", "stream": n % 2 == 0}
-                reply = httpx.post(base + "/v1/responses", json=body, timeout=10)
+                reply = httpx.post(gw.base + "/v1/responses", json=body, timeout=10)
                 assert reply.status_code == 200
                 if body["stream"]:
                     acknowledged.append(reply.text.split('"id":"', 1)[1].split('"', 1)[0])
                 else:
                     acknowledged.append(reply.json()["id"])
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=10)
-        with serve_process(upstream + "/v1", path) as (base, _):
+            gw.process.send_signal(signal.SIGKILL)
+            gw.process.wait(timeout=10)
+        with serving_from(upstream + "/v1", path) as gw:
             for response_id in acknowledged:
-                assert httpx.get(f"{base}/v1/responses/{response_id}", timeout=10).status_code == 200
+                assert httpx.get(f"{gw.base}/v1/responses/{response_id}", timeout=10).status_code == 200
             reply = httpx.post(
-                base + "/v1/responses",
+                gw.base + "/v1/responses",
                 json={"model": "m", "input": "next", "previous_response_id": acknowledged[-1]},
                 timeout=10,
             )

@@ -12,10 +12,11 @@ import httpx
 from codexgate.app import build_app
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
-from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
+from tests.server.test_app import UPSTREAM, gateway, terminal
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply
+from tests.support.sse import stream_events
 
 
 def _client(upstream: Any, **settings: Any) -> httpx.AsyncClient:
@@ -101,15 +102,15 @@ def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeo
     import socket
     import time
 
-    from tests.server.test_loopback import gateway_process
+    from tests.support.processes import serve_process
 
     with socket.socket() as deaf:
         deaf.bind(("127.0.0.1", 0))
         deaf.listen(64)
         upstream = f"http://127.0.0.1:{deaf.getsockname()[1]}/v1"
-        with gateway_process("--upstream", upstream, "--idle-timeout", "1", "--max-retries", "3") as (gw, _):
+        with serve_process("--upstream", upstream, "--idle-timeout", "1", "--max-retries", "3") as gw:
             started = time.monotonic()
-            response = httpx.post(gw + "/v1/responses", json={"model": "m", "input": "x"}, timeout=30)
+            response = httpx.post(gw.base + "/v1/responses", json={"model": "m", "input": "x"}, timeout=30)
             elapsed = time.monotonic() - started
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "upstream_timeout"

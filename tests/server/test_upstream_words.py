@@ -19,16 +19,12 @@ import pytest
 from codexgate.app import build_app
 from codexgate.backends.http.transport import AiohttpTransport, failure_reason
 from codexgate.config import load_settings
-from tests.server.test_app import sse_events, terminal
+from tests.server.test_app import terminal
 from tests.support.asgi_client import StreamingASGITransport
+from tests.support.processes import free_port
+from tests.support.sse import sse_events
 
 LIBRARY_WORDS = ("ssl:default", "Connect call failed", "Errno", "Cannot connect to host", "ClientConnector")
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager
@@ -57,7 +53,7 @@ def plain(message: str) -> str:
 
 
 async def test_a_refused_connection_names_the_upstream_and_the_address() -> None:
-    port = closed_port()
+    port = free_port()
     response = await ask(f"http://127.0.0.1:{port}/v1")
     error = response.json()["error"]
     assert response.status_code == 502 and error["code"] == "upstream_unreachable"

@@ -17,10 +17,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from codexgate.app import build_app
-from codexgate.config import load_settings
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply, text_reply
-from tests.support.servers import arun_asgi_server
+from tests.support.gateways import gateway_over
 
 JSON = dict[str, Any]
 KEY = "ws-key-0123456789abcdefghij"
@@ -39,18 +37,8 @@ def echo(body: JSON) -> Any:
 async def gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[str, FakeUpstream]]:
     fake = FakeUpstream(echo)
     environ: dict[str, str] = settings.pop("environ", {})
-    async with arun_asgi_server(fake) as fake_url:
-        config = load_settings(
-            {
-                "upstream": fake_url + "/v1",
-                "discover": False,
-                "store_path": str(tmp_path / "s.db"),
-                **settings,
-            },
-            environ=environ,
-        )
-        async with arun_asgi_server(build_app(config, environ=environ), lifespan="on") as url:
-            yield url.replace("http://", "ws://") + "/v1/responses", fake
+    async with gateway_over(fake, environ, store_path=str(tmp_path / "s.db"), **settings) as url:
+        yield url.replace("http://", "ws://") + "/v1/responses", fake
 
 
 async def turn(ws: ClientConnection, **body: Any) -> list[JSON]:
@@ -66,6 +54,17 @@ async def turn(ws: ClientConnection, **body: Any) -> list[JSON]:
             return frames
 
 
+async def turn_alone(url: str, **body: Any) -> list[JSON]:
+    """One turn on a connection of its own, closed after it."""
+    async with connect(url) as ws:
+        return await turn(ws, **body)
+
+
+def response_id(frames: list[JSON]) -> str:
+    """The id of the response a turn's frames ended with."""
+    return str(frames[-1]["response"]["id"])
+
+
 def user(text: str) -> JSON:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
@@ -78,12 +77,8 @@ def answer(frames: list[JSON]) -> str:
 async def test_a_continuation_sends_only_the_new_items(tmp_path: Path) -> None:
     async with gateway(tmp_path) as (url, fake), connect(url) as ws:
         first = await turn(ws, input=[user("one")], store=False)
-        second = await turn(
-            ws, input=[user("two")], store=False, previous_response_id=first[-1]["response"]["id"]
-        )
-        third = await turn(
-            ws, input=[user("three")], store=False, previous_response_id=second[-1]["response"]["id"]
-        )
+        second = await turn(ws, input=[user("two")], store=False, previous_response_id=response_id(first))
+        third = await turn(ws, input=[user("three")], store=False, previous_response_id=response_id(second))
     assert [f["type"] for f in first][:2] == ["response.created", "response.in_progress"]
     assert answer(second) == "heard: one / two"
     assert answer(third) == "heard: one / two / three"
@@ -103,17 +98,16 @@ async def test_a_prewarm_generates_nothing_and_is_continued(tmp_path: Path) -> N
         assert [f["type"] for f in warm] == ["response.created", "response.completed"]
         assert warm[-1]["response"]["output"] == []
         assert not fake.requests
-        real = await turn(ws, input=[], store=False, previous_response_id=warm[-1]["response"]["id"])
+        real = await turn(ws, input=[], store=False, previous_response_id=response_id(warm))
     assert answer(real) == "heard: one"
 
 
 async def test_after_a_reconnect_without_a_store_the_previous_response_is_not_found(tmp_path: Path) -> None:
     async with gateway(tmp_path) as (url, _):
-        async with connect(url) as ws:
-            first = await turn(ws, input=[user("one")], store=False)
+        first = await turn_alone(url, input=[user("one")], store=False)
         async with connect(url) as ws:
             missing = await turn(
-                ws, input=[user("two")], store=False, previous_response_id=first[-1]["response"]["id"]
+                ws, input=[user("two")], store=False, previous_response_id=response_id(first)
             )
             assert missing == [
                 {
@@ -133,17 +127,15 @@ async def test_after_a_reconnect_without_a_store_the_previous_response_is_not_fo
 
 async def test_stored_responses_continue_on_a_new_connection(tmp_path: Path) -> None:
     async with gateway(tmp_path) as (url, _):
-        async with connect(url) as ws:
-            first = await turn(ws, input=[user("one")], store=True)
-        async with connect(url) as ws:
-            second = await turn(ws, input=[user("two")], previous_response_id=first[-1]["response"]["id"])
+        first = await turn_alone(url, input=[user("one")], store=True)
+        second = await turn_alone(url, input=[user("two")], previous_response_id=response_id(first))
     assert answer(second) == "heard: one / two"
 
 
 async def test_a_failed_continuation_evicts_what_it_continued(tmp_path: Path) -> None:
     async with gateway(tmp_path) as (url, _), connect(url) as ws:
         first = await turn(ws, input=[user("one")], store=False)
-        previous = first[-1]["response"]["id"]
+        previous = response_id(first)
         failed = await turn(ws, input=[user("fail")], store=False, previous_response_id=previous)
         assert failed[-1]["type"] in ("response.failed", "error")
         evicted = await turn(ws, input=[user("two")], store=False, previous_response_id=previous)
@@ -196,9 +188,7 @@ async def test_the_connection_limit_and_lifetime(tmp_path: Path) -> None:
 async def test_what_a_connection_remembers_is_bounded(tmp_path: Path) -> None:
     async with gateway(tmp_path, websocket_max_memory_mb=0.001) as (url, _), connect(url) as ws:
         first = await turn(ws, input=[user("x" * 2000)], store=False)
-        follow = await turn(
-            ws, input=[user("y")], store=False, previous_response_id=first[-1]["response"]["id"]
-        )
+        follow = await turn(ws, input=[user("y")], store=False, previous_response_id=response_id(first))
     assert follow[-1]["error"]["code"] == "previous_response_not_found"
 
 

@@ -21,7 +21,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,8 @@ import asyncpg
 import pytest
 import redis
 
+from tests.support.processes import free_port
+
 T = TypeVar("T")
 
 STARTUP_SECONDS = 30.0
@@ -45,14 +46,6 @@ def unavailable(reason: str) -> None:
     if os.environ.get("CODEXGATE_REQUIRE_SERVERS") == "1":
         pytest.fail(f"{reason} (CODEXGATE_REQUIRE_SERVERS=1)", pytrace=False)
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    """A port free right now (the servers cannot bind port 0 and report it back)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def redis_binary() -> str | None:

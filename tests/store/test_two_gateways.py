@@ -4,20 +4,14 @@ behind a load balancer."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream, text_reply
+from tests.support.processes import ServedGateway, serve_process
 from tests.support.servers import run_asgi_server
 
 
@@ -26,46 +20,10 @@ def echo(body: dict[str, Any]) -> Any:
     return text_reply("heard: " + " / ".join(said))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def gateway_process(upstream: str, store: str, url: str) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "CODEXGATE_STORE": store, "CODEXGATE_STORE_URL": url}
-    command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", str(port), "--no-discover"]
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        [*command, "--upstream", upstream], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    out = (
-                        process.stdout.read().decode()
-                        if process.stdout and process.poll() is not None
-                        else ""
-                    )
-                    raise AssertionError(f"the gateway did not start: {out}") from None
-                time.sleep(0.05)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+def gateway_process(upstream: str, store: str, url: str) -> AbstractContextManager[ServedGateway]:
+    """`codexgate serve` with its store on the server at `url`."""
+    env = {"CODEXGATE_STORE": store, "CODEXGATE_STORE_URL": url}
+    return serve_process("--no-discover", "--upstream", upstream, env=env)
 
 
 @pytest.mark.parametrize("store", ["redis", "postgres"])
@@ -73,8 +31,8 @@ def test_two_processes_continue_each_others_chains(store: str, request: pytest.F
     url = request.getfixturevalue("redis_url" if store == "redis" else "postgres_dsn")
     with ExitStack() as stack:
         upstream = stack.enter_context(run_asgi_server(FakeUpstream(echo))) + "/v1"
-        one = stack.enter_context(gateway_process(upstream, store, url))
-        two = stack.enter_context(gateway_process(upstream, store, url))
+        one = stack.enter_context(gateway_process(upstream, store, url)).base
+        two = stack.enter_context(gateway_process(upstream, store, url)).base
         previous = None
         for n, base in enumerate([one, two, one, two]):
             body = {"model": "m", "input": f"turn {n}", "previous_response_id": previous}

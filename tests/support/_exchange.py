@@ -10,8 +10,8 @@ semantics, chosen to match uvicorn (the server codexgate runs under) rather than
 * `receive()` after the request body blocks until the client goes away or the response is
   complete, then answers `http.disconnect` (uvicorn does the same);
 * after a disconnect, `send()` is silently ignored, as uvicorn does, so an app that does not
-  watch `receive()` for the disconnect keeps running and tests can catch that; pass
-  `raise_on_send_after_disconnect=True` to get an `OSError` instead;
+  watch `receive()` for the disconnect keeps running and tests can catch that; with
+  `ExchangeOptions(raise_on_send_after_disconnect=True)` it raises an `OSError` instead;
 * an app that returns (or raises) after starting the response but without `more_body=False`
   looks like a connection cut mid-body (`BodyIncomplete`);
 * `aclose()` before the end marks the client gone, gives the app `disconnect_grace` seconds
@@ -23,12 +23,40 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from codexgate.server.asgi import App, Message, Scope
+from codexgate.server.asgi import App, Message, Receive, Scope
 
 ASGIApp = App
+
+
+@dataclass(frozen=True)
+class ExchangeOptions:
+    """Where an exchange may behave one way or another: `buffer_chunks` body chunks are held
+    before the app's `send()` waits for the reader; an app gets `disconnect_grace` seconds to
+    return after the client left before it is cancelled; `raise_on_send_after_disconnect` makes
+    a `send()` after the client left raise `ClientDisconnected` instead of being ignored."""
+
+    buffer_chunks: int = 8
+    disconnect_grace: float = 1.0
+    raise_on_send_after_disconnect: bool = False
+
+
+DEFAULT_OPTIONS = ExchangeOptions()
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """An ASGI app's whole request body, or None if the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 class ClientDisconnected(OSError):
@@ -154,19 +182,16 @@ class ASGIExchange:
         app: ASGIApp,
         scope: Scope,
         body: bytes | AsyncIterable[bytes],
-        *,
-        buffer_chunks: int = 8,
-        disconnect_grace: float = 1.0,
-        raise_on_send_after_disconnect: bool = False,
+        options: ExchangeOptions = DEFAULT_OPTIONS,
     ) -> None:
         self._app = app
         self._scope = scope
         self._body = body
         self._body_iter: AsyncIterator[bytes] | None = None
         self._request_complete = False
-        self._grace = disconnect_grace
-        self._raise_after_disconnect = raise_on_send_after_disconnect
-        self._channel = _BodyChannel(buffer_chunks)
+        self._grace = options.disconnect_grace
+        self._raise_after_disconnect = options.raise_on_send_after_disconnect
+        self._channel = _BodyChannel(options.buffer_chunks)
         # Set once receive() must answer http.disconnect: client gone or response complete.
         self._done_event = asyncio.Event()
         self._start_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -4,8 +4,9 @@ httpx's own `ASGITransport` runs the app to completion and buffers the body, so 
 arrives all at once and a client cannot disconnect mid-stream. This transport hands the
 response to httpx as soon as the app sent its headers and yields body chunks as the app sends
 them; closing the response early is a client disconnect (the app's `receive()` answers
-`http.disconnect`), after which the app gets `disconnect_grace` seconds to return before it
-is cancelled. Semantics are uvicorn's, see `_exchange.ASGIExchange`.
+`http.disconnect`), after which the app gets `disconnect_grace` seconds (2 unless `options`
+says otherwise) to return before it is cancelled. Semantics are uvicorn's, see
+`_exchange.ASGIExchange` and `_exchange.ExchangeOptions`.
 
     transport = StreamingASGITransport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -31,7 +32,17 @@ from typing import Any
 
 import httpx
 
-from ._exchange import AppFailedBeforeStart, ASGIApp, ASGIExchange, BodyIncomplete, build_http_scope
+from ._exchange import (
+    AppFailedBeforeStart,
+    ASGIApp,
+    ASGIExchange,
+    BodyIncomplete,
+    ExchangeOptions,
+    build_http_scope,
+)
+
+# Client side: an app gets 2 s (not 1 s, as upstream) to return after the client left.
+CLIENT_OPTIONS = ExchangeOptions(disconnect_grace=2.0)
 
 
 class _ResponseStream(httpx.AsyncByteStream):
@@ -78,18 +89,14 @@ class StreamingASGITransport(httpx.AsyncBaseTransport):
         client: tuple[str, int] = ("127.0.0.1", 50000),
         root_path: str = "",
         state: dict[str, Any] | None = None,
-        buffer_chunks: int = 8,
-        disconnect_grace: float = 2.0,
-        raise_on_send_after_disconnect: bool = False,
+        options: ExchangeOptions = CLIENT_OPTIONS,
     ) -> None:
         self.app = app
         self.raise_app_exceptions = raise_app_exceptions
         self.client = client
         self.root_path = root_path
         self.state = state
-        self.buffer_chunks = buffer_chunks
-        self.disconnect_grace = disconnect_grace
-        self.raise_on_send_after_disconnect = raise_on_send_after_disconnect
+        self.options = options
         self.app_errors: list[BaseException] = []
         self.forced_cancellations = 0
         self._open: set[ASGIExchange] = set()
@@ -114,14 +121,7 @@ class StreamingASGITransport(httpx.AsyncBaseTransport):
             root_path=self.root_path,
             state=self.state,
         )
-        exchange = ASGIExchange(
-            self.app,
-            scope,
-            body,
-            buffer_chunks=self.buffer_chunks,
-            disconnect_grace=self.disconnect_grace,
-            raise_on_send_after_disconnect=self.raise_on_send_after_disconnect,
-        )
+        exchange = ASGIExchange(self.app, scope, body, self.options)
         self._open.add(exchange)
         try:
             await exchange.start()

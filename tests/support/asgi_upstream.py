@@ -23,10 +23,12 @@ from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 
 from ._exchange import (
+    DEFAULT_OPTIONS,
     AppFailedBeforeStart,
     ASGIApp,
     ASGIExchange,
     BodyIncomplete,
+    ExchangeOptions,
     build_http_scope,
 )
 
@@ -105,16 +107,12 @@ class ASGIUpstreamTransport:
         *,
         fail_connect: bool = False,
         connect_delay: float = 0.0,
-        buffer_chunks: int = 8,
-        disconnect_grace: float = 1.0,
-        raise_on_send_after_disconnect: bool = False,
+        options: ExchangeOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.app = app
         self.fail_connect = fail_connect
         self.connect_delay = connect_delay
-        self.buffer_chunks = buffer_chunks
-        self.disconnect_grace = disconnect_grace
-        self.raise_on_send_after_disconnect = raise_on_send_after_disconnect
+        self.options = options
         self.opened = 0
         self.responses: list[ASGIUpstreamResponse] = []
 
@@ -150,14 +148,7 @@ class ASGIUpstreamTransport:
             query_string=parts.query.encode("latin-1"),
             headers=raw_headers,
         )
-        exchange = ASGIExchange(
-            self.app,
-            scope,
-            body or b"",
-            buffer_chunks=self.buffer_chunks,
-            disconnect_grace=self.disconnect_grace,
-            raise_on_send_after_disconnect=self.raise_on_send_after_disconnect,
-        )
+        exchange = ASGIExchange(self.app, scope, body or b"", self.options)
         self.opened += 1
         try:
             await exchange.start()

@@ -24,6 +24,8 @@ import orjson
 
 from codexgate.server.asgi import Receive, Scope, Send
 
+from ._exchange import read_body
+
 JSON = dict[str, Any]
 
 
@@ -127,14 +129,9 @@ class ScriptedResponses:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
+        if raw is None:
+            return
         path = scope["path"]
         self.paths.append(path)
         if scope["method"] == "GET" and path.endswith("/models"):
@@ -149,7 +146,7 @@ class ScriptedResponses:
                 send, 404, b'{"error":{"message":"unknown path"}}', {"content-type": "application/json"}
             )
             return
-        self.requests.append(orjson.loads(b"".join(chunks)))
+        self.requests.append(orjson.loads(raw))
         reply = (
             self.script.popleft()
             if self.script

@@ -36,6 +36,8 @@ import orjson
 
 from codexgate.server.asgi import Message, Receive, Scope, Send
 
+from ._exchange import read_body
+
 JSON = dict[str, Any]
 
 SYSTEM_FINGERPRINT = "fp_fake"
@@ -534,7 +536,7 @@ class FakeUpstream:
             return
         if scope["type"] != "http":
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return  # the client left before sending the whole request
         method: str = scope["method"]
@@ -675,17 +677,6 @@ class FakeUpstream:
             stall_after=reply.stall_after_chunks,
             stall_seconds=reply.stall_seconds,
         )
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 async def _send_events(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from codexgate.backends.embedded.runtime import (
     missing_libraries,
 )
 from codexgate.backends.embedded.supervisor import CHILD_MODULE
+from tests.support.processes import free_port, stop
 from tests.support.scripts import install_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,13 +102,6 @@ class LlamaServer:
     model: str = MODEL_ID
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _tail(log: IO[str]) -> str:
     log.flush()
     log.seek(0)
@@ -120,7 +113,7 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
     """Start a llama.cpp server on a free loopback port and wait (bounded) until the model is loaded;
     stops it (by its PID) on exit."""
     command, model, env = llama_command()
-    port = _free_port()
+    port = free_port()
     argv = [
         *command, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "-c", str(n_ctx), "-np", "1", "-t", "2", "--no-warmup", *extra,
@@ -144,10 +137,5 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
             time.sleep(0.2)
         yield LlamaServer(base_url=root + "/v1", root=root, n_ctx=n_ctx)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()

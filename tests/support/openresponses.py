@@ -90,21 +90,26 @@ _LOCAL_EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
 
 EXTENSION_EVENT_TYPES = frozenset({*_RENAMED_SPEC_EVENTS, *_LOCAL_EVENT_SCHEMAS})
 
+def extension_item_schema(
+    type_: str, required: Mapping[str, Any], optional: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON Schema of an item kind the spec lacks: its `type`, an `id` (as every spec item
+    has: stream invariants pair added/done by id) and the `required` fields must be there, the
+    `optional` ones may (each field name -> its schema)."""
+    props: dict[str, Any] = {"type": {"type": "string", "enum": [type_]}, "id": {"type": "string"}}
+    props.update(required)
+    props.update(optional or {})
+    return {"type": "object", "properties": props, "required": ["type", "id", *required]}
+
+
+STRING = {"type": "string"}
 EXTENSION_ITEM_SCHEMAS: dict[str, dict[str, Any]] = {
-    # OpenAI ResponseCustomToolCall / Codex ResponseItem::CustomToolCall.  We require ``id``
-    # as every spec item does (stream invariants pair added/done by id).
-    "custom_tool_call": {
-        "type": "object",
-        "properties": {
-            "type": {"type": "string", "enum": ["custom_tool_call"]},
-            "id": {"type": "string"},
-            "call_id": {"type": "string"},
-            "name": {"type": "string"},
-            "input": {"type": "string"},
-            "status": {"type": "string", "enum": ["in_progress", "completed", "incomplete"]},
-        },
-        "required": ["type", "id", "call_id", "name", "input"],
-    },
+    # OpenAI ResponseCustomToolCall / Codex ResponseItem::CustomToolCall.
+    "custom_tool_call": extension_item_schema(
+        "custom_tool_call",
+        {"call_id": STRING, "name": STRING, "input": STRING},
+        {"status": {"type": "string", "enum": ["in_progress", "completed", "incomplete"]}},
+    ),
 }
 
 # --------------------------------------------------------------------------------------

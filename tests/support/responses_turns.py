@@ -15,6 +15,7 @@ from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import parse_request
 
 from .codex_requests import CODEX_TOOLS
+from .openresponses import STRING, extension_item_schema
 from .turns import translate_sse
 
 Event = dict[str, Any]
@@ -22,16 +23,7 @@ UPSTREAM = "openai"  # the upstream's configured name, which reasoning blobs are
 # The Open Responses spec has no hosted tool calls: OpenAI's `web_search_call`, which the
 # backend passes through whole, is checked against OpenAI's shape (register it in
 # openresponses.EXTENSION_ITEM_SCHEMAS for a test).
-WEB_SEARCH_CALL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "type": {"type": "string", "enum": ["web_search_call"]},
-        "id": {"type": "string"},
-        "status": {"type": "string"},
-        "action": {"type": "object"},
-    },
-    "required": ["type", "id", "status"],
-}
+WEB_SEARCH_CALL_SCHEMA = extension_item_schema("web_search_call", {"status": STRING}, {"action": {"type": "object"}})
 
 
 def make_turn(

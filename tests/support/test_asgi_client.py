@@ -14,6 +14,7 @@ import pytest
 
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.server.asgi import Receive, Scope, Send
+from tests.support._exchange import ExchangeOptions, read_body
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body
@@ -131,7 +132,7 @@ async def test_streaming_client_cancels_an_app_that_ignores_disconnect() -> None
             cancelled.set()
             raise
 
-    transport = StreamingASGITransport(deaf, disconnect_grace=0.05)
+    transport = StreamingASGITransport(deaf, options=ExchangeOptions(disconnect_grace=0.05))
     async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(transport=transport) as client:
         async with client.stream("GET", "http://gw/") as response:
             await anext(aiter(response.aiter_raw()))
@@ -142,12 +143,7 @@ async def test_streaming_client_passes_the_request_through() -> None:
     seen: dict[str, Any] = {}
 
     async def echo(scope: Scope, receive: Receive, send: Send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive) or b""
         seen.update(scope=scope, body=body)
         await send({"type": "http.response.start", "status": 201, "headers": []})
         await send({"type": "http.response.body", "body": body})

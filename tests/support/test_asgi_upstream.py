@@ -11,6 +11,7 @@ import pytest
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 from codexgate.server.asgi import Receive, Scope, Send
+from tests.support._exchange import ExchangeOptions
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.chat_calls import TIMEOUT, UPSTREAM, chat_body, open_chat
 from tests.support.fake_upstream import FakeUpstream, stall_reply, text_reply
@@ -113,7 +114,7 @@ async def test_slow_reader_back_pressures_the_app() -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         finished.set()
 
-    transport = ASGIUpstreamTransport(firehose, buffer_chunks=4)
+    transport = ASGIUpstreamTransport(firehose, options=ExchangeOptions(buffer_chunks=4))
     async with asyncio.timeout(TIMEOUT):
         response = await transport.open(HttpRequest("GET", UPSTREAM, {}, None, 1.0))
         for _ in range(50):

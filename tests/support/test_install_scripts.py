@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support import scripts
 from tests.support.llama_server import llama_runtime
+from tests.support.processes import dead, wait_until
 from tests.support.scripts import ScriptFailed, install_once, run_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -144,18 +144,8 @@ def test_a_hung_install_is_killed_with_its_children_at_the_timeout(tmp_path: Pat
     with pytest.raises(ScriptFailed, match=r"timed out after 0\.5 s(.|\n)*downloading"):
         run_script(script, timeout=0.5, sink=lambda line: None)
     child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while not dead(child):  # SIGKILL was sent to the whole group; wait until it has landed
-        assert time.monotonic() < deadline, f"the script's child {child} survived the timeout"
-        time.sleep(0.01)
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie nobody has reaped yet (a container's init may never reap it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    # SIGKILL was sent to the whole group; wait until it has landed
+    wait_until(lambda: dead(child), seconds=10, what=f"the script's child {child} survived the timeout")
 
 
 def test_where_the_runtime_cannot_run_llama_tests_skip_or_fail_when_required(

@@ -14,6 +14,8 @@ from codexgate.wire.chat import validate_chat_request
 from codexgate.wire.responses import MAX_DEPTH
 
 MISSING = object()  # a value that deletes the key
+# Fields the gateway cannot carry, with the values that ask for nothing it would drop.
+BENIGN = {"n": 1, "logprobs": False, "top_logprobs": 0, "modalities": ["text"], "store": False, "audio": None}
 
 
 def full_body() -> dict[str, Any]:
@@ -88,12 +90,7 @@ def full_body() -> dict[str, Any]:
         "logit_bias": {"50256": -100},
         "temperature": 0.2,
         "max_completion_tokens": 500,
-        "n": 1,
-        "logprobs": False,
-        "top_logprobs": 0,
-        "modalities": ["text"],
-        "store": False,
-        "audio": None,
+        **BENIGN,
         "some_new_field": {"anything": [1, 2]},
     }
 
@@ -139,16 +136,7 @@ def test_unknown_fields_are_not_an_error_anywhere() -> None:
 
 
 def test_benign_values_of_refusable_fields_pass() -> None:
-    body = full_body() | {
-        "n": 1,
-        "logprobs": False,
-        "top_logprobs": 0,
-        "modalities": ["text"],
-        "store": False,
-        "audio": None,
-        "prediction": None,
-        "web_search_options": None,
-    }
+    body = full_body() | BENIGN | {"prediction": None, "web_search_options": None}
     validate_chat_request(body)
 
 

@@ -37,6 +37,7 @@ from codexgate.backends.codex.app_server import (
 from codexgate.wire import app_server as wire
 from codexgate.wire.app_server import ErrorCode, Notification, ServerRequest
 from tests.e2e.codex_cli import codex_versions
+from tests.support.processes import wait_for_exit
 
 FAKE = Path(__file__).resolve().parents[2] / "support" / "fake_app_server.py"
 FAST = AppServerLimits(
@@ -105,23 +106,6 @@ async def collect_deltas(subscription: ThreadSubscription, count: int, timeout: 
             if sum(n.method == "item/agentMessage/delta" for n in notes) == count:
                 break
     return notes
-
-
-async def wait_for_exit(pid: int, timeout: float = 10.0) -> None:
-    """Until process `pid` has terminated (any parent): a pidfd becomes readable then."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
-    try:
-        async with asyncio.timeout(timeout):
-            await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
 
 
 # -- start ---------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ from codexgate.wire.responses import parse_request
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.openresponses import validate_stream
+from tests.support.processes import wait_for_exit
+from tests.support.tools import the_tool_call, with_tool_result
 
 FAKE = Path(__file__).resolve().parents[2] / "support" / "fake_app_server.py"
 JSON = dict[str, Any]
@@ -138,23 +140,6 @@ async def responses_stream(http: httpx.AsyncClient, body: JSON) -> list[JSON]:
     return events
 
 
-async def wait_for_exit(pid: int, timeout: float = 10.0) -> None:
-    """Until process `pid` has terminated: a pidfd becomes readable then."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
-    try:
-        async with asyncio.timeout(timeout):
-            await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-
-
 def user(text: str) -> list[JSON]:
     return [{"role": "user", "content": text}]
 
@@ -213,17 +198,14 @@ async def test_a_client_tool_call_over_the_chat_face_is_answered_in_the_same_cod
         first = await gw.sdk.chat.completions.create(
             model="codex-agent", messages=messages, tools=[WEATHER_CHAT]
         )
-        choice = first.choices[0]
-        assert choice.finish_reason == "tool_calls"
-        [call] = choice.message.tool_calls or []
+        call = the_tool_call(first)
         assert (call.id, call.function.name, json.loads(call.function.arguments)) == (
             "call_w1",
             "get_weather",
             {"city": "Oslo"},
         )
         assert first.usage is not None and first.usage.total_tokens == 12
-        messages += [choice.message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]  # fmt: skip
+        messages += with_tool_result(first, "sunny")
         second = await gw.sdk.chat.completions.create(
             model="codex-agent", messages=messages, tools=[WEATHER_CHAT]
         )

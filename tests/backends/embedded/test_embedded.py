@@ -12,17 +12,11 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from codexgate.app import build_app
 from codexgate.backends.embedded import runtime
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE
 from codexgate.backends.embedded.runtime import cpu_problem, find_runtime, runtime_home
@@ -31,31 +25,11 @@ from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.cli import main
 from codexgate.config import ConfigError, EmbeddedUpstream, load_settings
 from codexgate.errors import NoUpstream
+from tests.support.embedded_gateway import gateway, health_when, in_state, serving
 from tests.support.fake_llama_server import fake_llama_executable, fake_runtime
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.servers import arun_asgi_server, run_asgi_server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port  # closed once the block ends
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie nobody has reaped yet."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
-def wait_until(check: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+from tests.support.processes import dead, free_port, wait_until
+from tests.support.servers import run_asgi_server
 
 
 @pytest.fixture
@@ -66,29 +40,6 @@ def nothing_local(monkeypatch: pytest.MonkeyPatch) -> int:
         "codexgate.backends.discovery.LOCAL_SERVERS", (("Test server", f"http://127.0.0.1:{port}/v1"),)
     )
     return port
-
-
-@asynccontextmanager
-async def gateway(flags: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
-    """The gateway with its lifespan (the embedded model starts there), on a real socket."""
-    app = build_app(load_settings(flags, environ={}), environ={})
-    async with arun_asgi_server(app, lifespan="on", shutdown_timeout=5) as url:
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            yield client
-
-
-async def health_when(client: httpx.AsyncClient, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        health: dict[str, Any] = (await client.get("/healthz")).json()
-        if check(health):
-            return health
-        assert time.monotonic() < deadline, f"/healthz never got there: {health}"
-        await asyncio.sleep(0.05)
-
-
-def serving(health: dict[str, Any]) -> bool:
-    return bool(health.get("embedded", {}).get("state") == "serving")
 
 
 async def answer(client: httpx.AsyncClient, model: str = "smollm2-135m") -> str:
@@ -174,7 +125,7 @@ async def test_the_runtime_is_downloaded_once_and_then_serves(
     home = fake_runtime(layout)
     pids = fake_uv(tmp_path, monkeypatch, f'sleep 0.5; cp -r "{home}/." "$target"')
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
-        downloading = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "downloading")
+        downloading = await health_when(client, in_state("downloading"))
         text = await answer(client)  # held while it downloads, then answered
     assert text.startswith("hello from pid") and len(pids.read_text().split()) == 1
     assert "being downloaded" in downloading["embedded"]["message"]
@@ -187,7 +138,7 @@ async def test_past_the_wait_for_the_download_requests_get_503_saying_how_far(
     monkeypatch.setattr("codexgate.backends.embedded.backend.START_WAIT_SECONDS", 0.3)
     pids = fake_uv(tmp_path, monkeypatch, "exec sleep 600")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
-        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "downloading")
+        health = await health_when(client, in_state("downloading"))
         response = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
         uv = int(pids.read_text().split()[0])
     assert response.status_code == 503
@@ -222,7 +173,7 @@ async def test_on_a_cpu_the_runtime_cannot_run_on_nothing_is_downloaded_and_it_s
     pids = fake_uv(tmp_path, monkeypatch, "exit 1")
     monkeypatch.setattr(runtime, "cpu_problem", lambda: "this CPU lacks AVX2, which the prebuilt ... needs")
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
-        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "failed")
+        health = await health_when(client, in_state("failed"))
         response = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
     assert response.status_code == 503 and "lacks AVX2" in response.json()["error"]["message"]
     assert "--upstream URL" in health["embedded"]["message"] and not pids.exists()
@@ -238,7 +189,7 @@ def test_the_cpu_check_names_the_missing_instructions(monkeypatch: pytest.Monkey
 async def test_a_child_killed_by_sigill_is_not_restarted(tmp_path: Path, nothing_local: int) -> None:
     fake_runtime(tmp_path / "llama", sigill=True)
     async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
-        health = await health_when(client, lambda h: h.get("embedded", {}).get("state") == "failed")
+        health = await health_when(client, in_state("failed"))
     assert "SIGILL" in health["embedded"]["message"] and "--upstream URL" in health["embedded"]["message"]
     assert health["embedded"]["restarts"] == 0
 

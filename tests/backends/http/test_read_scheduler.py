@@ -95,8 +95,9 @@ async def test_crowded_started_streams_rest_between_reads_and_lose_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from codexgate.backends.http.stream import HttpStream
-    from tests.server.test_app import gateway, stream_events
+    from tests.server.test_app import gateway
     from tests.support.fake_upstream import text_reply
+    from tests.support.sse import stream_events
 
     rests: list[float] = []
     real_rest = HttpStream.rest

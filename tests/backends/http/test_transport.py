@@ -11,6 +11,7 @@ import pytest
 from codexgate.backends.http.transport import AiohttpTransport, HttpRequest, _nodelay_socket
 from codexgate.errors import UpstreamConnectError
 from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
+from tests.support.processes import free_port
 from tests.support.servers import arun_asgi_server
 
 
@@ -53,11 +54,8 @@ async def test_a_dropped_body_raises_connect_error() -> None:
 
 async def test_refused_connection_is_a_connect_error() -> None:
     transport = AiohttpTransport()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with pytest.raises(UpstreamConnectError):
-        await transport.open(HttpRequest("GET", f"http://127.0.0.1:{port}/v1/models", {}, None, 2))
+        await transport.open(HttpRequest("GET", f"http://127.0.0.1:{free_port()}/v1/models", {}, None, 2))
     await transport.aclose()
 
 

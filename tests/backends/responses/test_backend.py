@@ -20,7 +20,6 @@ from codexgate.backends.http.transport import HttpRequest
 from codexgate.config import load_settings
 from codexgate.errors import UpstreamConnectError
 from codexgate.translate.responses_upstream.request import unwrap_reasoning
-from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamResponse, ASGIUpstreamTransport
 from tests.support.codex_requests import APPLY_PATCH, EXEC_COMMAND, MULTI_AGENT, WEB_SEARCH, codex_body
@@ -37,6 +36,7 @@ from tests.support.fake_responses import (
 )
 from tests.support.fake_upstream import FakeUpstream, text_reply, tool_calls_reply
 from tests.support.openresponses import validate_response, validate_stream
+from tests.support.sse import leave_at_the_first_delta, sse_events, stream_events
 
 Event = dict[str, Any]
 INNER = "http://inner.test/v1"  # the second codexgate, a Responses server
@@ -196,7 +196,7 @@ async def test_an_open_models_think_tags_and_text_tool_calls_are_fixed_by_the_st
 async def test_a_codex_turn_streamed_and_not() -> None:
     async with chain([text_reply("streamed"), text_reply("folded")]) as (sdk, fake):
         raw = await sdk.post("/responses", body=codex_body(), cast_to=httpx.Response)  # Codex's own body
-        events = [orjson.loads(data) for data in SSEDecoder().feed(raw.content)]
+        events = sse_events(raw.content)
         validate_stream(events)
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "streamed"
         folded = await sdk.post("/responses", body={"model": "m", "input": "hi"}, cast_to=httpx.Response)
@@ -228,14 +228,6 @@ async def gateway(
         transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
     ) as client:
         yield client, server, transport
-
-
-async def stream_events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[Event]:
-    response = await client.post("/v1/responses", json={**body, "stream": True})
-    assert response.status_code == 200, response.text
-    events = [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
-    validate_stream(events)
-    return events
 
 
 async def test_the_upstream_gets_a_streamed_unstored_request_without_codexs_own_fields() -> None:
@@ -387,12 +379,7 @@ async def test_a_client_that_leaves_cancels_the_upstream_request() -> None:
         server,
         _,
     ):
-        async with client.stream(
-            "POST", "/v1/responses", json={"model": "m", "input": "x", "stream": True}
-        ) as reply:
-            async for chunk in reply.aiter_bytes():
-                if b"output_text.delta" in chunk:
-                    break
+        await leave_at_the_first_delta(client, {"model": "m", "input": "x"})
         async with asyncio.timeout(5):
             await server.left.wait()
     assert server.disconnects == 1

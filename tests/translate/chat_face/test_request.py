@@ -409,27 +409,22 @@ def test_every_tool_choice_form(chat_fields: dict[str, Any], canonical: Any) -> 
 
 
 def test_every_sampling_and_request_field_maps_to_its_canonical_field() -> None:
+    same: dict[str, Any] = {  # the same name and value on both faces
+        "stream": True, "parallel_tool_calls": False, "temperature": 0.3, "top_p": 0.9, "seed": 7,
+        "user": "u-1", "metadata": {"ticket": "42"}, "service_tier": "flex", "prompt_cache_key": "conv-1",
+        "store": False,
+    }  # fmt: skip
+    # unknown to the Responses face: kept in `extra` there too
+    unknown = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50256": -100}, "top_k": 20}
     chat_body = chat(
-        stream=True,
-        parallel_tool_calls=False,
+        **same,
+        **unknown,
         verbosity="low",
         reasoning_effort="high",
         max_completion_tokens=800,
         max_tokens=100,
         stop="END",
-        temperature=0.3,
-        top_p=0.9,
-        seed=7,
-        user="u-1",
         safety_identifier="s-1",
-        metadata={"ticket": "42"},
-        service_tier="flex",
-        prompt_cache_key="conv-1",
-        store=False,
-        frequency_penalty=0.5,
-        presence_penalty=-0.5,
-        logit_bias={"50256": -100},
-        top_k=20,
         n=1,
         logprobs=False,
         top_logprobs=0,
@@ -439,25 +434,12 @@ def test_every_sampling_and_request_field_maps_to_its_canonical_field() -> None:
     assert_same_as_responses_face(
         chat_body,
         responses(
-            stream=True,
-            parallel_tool_calls=False,
+            **same,
+            **unknown,
             text={"verbosity": "low"},
             reasoning={"effort": "high"},
             max_output_tokens=800,
             stop=["END"],
-            temperature=0.3,
-            top_p=0.9,
-            seed=7,
-            user="u-1",
-            metadata={"ticket": "42"},
-            service_tier="flex",
-            prompt_cache_key="conv-1",
-            store=False,
-            # unknown to the Responses face: kept in `extra` there too
-            frequency_penalty=0.5,
-            presence_penalty=-0.5,
-            logit_bias={"50256": -100},
-            top_k=20,
         ),
     )
 

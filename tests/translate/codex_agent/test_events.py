@@ -40,6 +40,11 @@ def completed_item(item: JSON) -> Note:
     return "item/completed", {**SCOPE, "item": item}
 
 
+def command_item(command: str) -> JSON:
+    """A command Codex has started (item `cmd-1`)."""
+    return {"type": "commandExecution", "id": "cmd-1", "command": command, "cwd": "/w", "status": "inProgress"}
+
+
 def output(text: str, item: str = "cmd-1") -> Note:
     return "item/commandExecution/outputDelta", {**SCOPE, "itemId": item, "delta": text}
 
@@ -137,13 +142,7 @@ def test_reasoning_text_and_summary_parts_are_reasoning() -> None:
 
 
 def test_a_command_shows_its_line_its_output_and_its_exit_code() -> None:
-    command = {
-        "type": "commandExecution",
-        "id": "cmd-1",
-        "command": "ls -a",
-        "cwd": "/w",
-        "status": "inProgress",
-    }
+    command = command_item("ls -a")
     events = stream([
         started(command),
         output("a.txt\n"),
@@ -158,13 +157,7 @@ def test_a_command_shows_its_line_its_output_and_its_exit_code() -> None:
 
 
 def test_a_commands_output_without_deltas_is_its_aggregated_output() -> None:
-    command = {
-        "type": "commandExecution",
-        "id": "cmd-1",
-        "command": "false",
-        "cwd": "/w",
-        "status": "inProgress",
-    }
+    command = command_item("false")
     events = stream([
         started(command),
         completed_item({**command, "status": "failed", "aggregatedOutput": "oops\n", "exitCode": 1}),
@@ -174,13 +167,7 @@ def test_a_commands_output_without_deltas_is_its_aggregated_output() -> None:
 
 
 def test_a_command_that_did_not_run_says_how_it_ended() -> None:
-    command = {
-        "type": "commandExecution",
-        "id": "cmd-1",
-        "command": "rm -rf /",
-        "cwd": "/w",
-        "status": "inProgress",
-    }
+    command = command_item("rm -rf /")
     events = stream([started(command), completed_item({**command, "status": "declined", "exitCode": None}),
                      turn_completed()])  # fmt: skip
     assert texts(events, "reasoning") == "\n\n$ rm -rf /\n\n[declined]\n"
@@ -195,13 +182,7 @@ def test_a_command_that_did_not_run_says_how_it_ended() -> None:
     ],
 )
 def test_a_commands_output_is_capped_and_says_it_was_cut(pieces: list[str]) -> None:
-    command = {
-        "type": "commandExecution",
-        "id": "cmd-1",
-        "command": "yes",
-        "cwd": "/w",
-        "status": "inProgress",
-    }
+    command = command_item("yes")
     notes = [started(command), *(output(piece) for piece in pieces), output("more"),
              completed_item({**command, "status": "completed", "exitCode": 0}), turn_completed()]  # fmt: skip
     work = texts(events := stream(notes), "reasoning")

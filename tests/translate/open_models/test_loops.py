@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from codexgate.translate.open_models.loops import Loop, RepetitionGuard
-from tests.server.test_app import UPSTREAM, gateway, stream_events, terminal
+from tests.server.test_app import UPSTREAM, gateway, terminal
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.openresponses import validate_stream
+from tests.support.sse import stream_events
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOLLM2_LOOP = "I'm sure you'll find them all to your liking.\n\n"  # seen from SmolLM2 via Codex

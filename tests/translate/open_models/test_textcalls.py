@@ -254,43 +254,36 @@ def test_candidate_characters_that_cannot_start_a_marker_are_released_at_once(te
     assert TextToolCallParser(TOOLS).feed(text) == [TextPiece(text)]
 
 
-def test_a_less_than_sign_is_held_only_until_the_next_character() -> None:
+@pytest.mark.parametrize(
+    "feeds",
+    [
+        pytest.param([("if a <", "if a "), (" b", "< b")], id="a_less_than_sign_is_held_only_until_the_next_character"),
+        pytest.param(
+            [("an HTML <t", "an HTML "), ("o", ""), ("ast>", "<toast>")],  # "<to" may still become <tool_call>
+            id="a_tag_prefix_is_held_until_it_stops_matching",
+        ),
+        pytest.param(
+            [("done<｜", "done"), ("tool▁", ""), ("outputs▁begin｜>", "<｜tool▁outputs▁begin｜>")],
+            id="a_fullwidth_deepseek_prefix_is_held_until_it_stops_matching",
+        ),
+        pytest.param(
+            [("Result: {", "Result: {"), ("\n  {", "\n  "), ("x", "{x")],
+            id="a_brace_is_a_candidate_only_at_the_start_of_a_line",
+        ),
+        pytest.param(
+            [("Code:\n``", "Code:\n"), ("`py", "```py")], id="a_fence_is_released_as_soon_as_its_language_is_not_json"
+        ),
+        pytest.param(
+            [("Hermes wraps calls in <tool_call>", "Hermes wraps calls in "), (" tags.", "<tool_call> tags.")],
+            id="a_marker_named_in_prose_is_released_at_the_next_character",
+        ),
+    ],
+)
+def test_text_that_may_start_a_marker_is_held_until_it_cannot(feeds: list[tuple[str, str]]) -> None:
+    """Each feed releases the text given with it (nothing where that is empty)."""
     parser = TextToolCallParser(TOOLS)
-    assert parser.feed("if a <") == [TextPiece("if a ")]
-    assert parser.feed(" b") == [TextPiece("< b")]
-
-
-def test_a_tag_prefix_is_held_until_it_stops_matching() -> None:
-    parser = TextToolCallParser(TOOLS)
-    assert parser.feed("an HTML <t") == [TextPiece("an HTML ")]
-    assert parser.feed("o") == []  # "<to" may still become <tool_call>
-    assert parser.feed("ast>") == [TextPiece("<toast>")]
-
-
-def test_a_fullwidth_deepseek_prefix_is_held_until_it_stops_matching() -> None:
-    parser = TextToolCallParser(TOOLS)
-    assert parser.feed("done<｜") == [TextPiece("done")]
-    assert parser.feed("tool▁") == []
-    assert parser.feed("outputs▁begin｜>") == [TextPiece("<｜tool▁outputs▁begin｜>")]
-
-
-def test_a_brace_is_a_candidate_only_at_the_start_of_a_line() -> None:
-    parser = TextToolCallParser(TOOLS)
-    assert parser.feed("Result: {") == [TextPiece("Result: {")]
-    assert parser.feed("\n  {") == [TextPiece("\n  ")]
-    assert parser.feed("x") == [TextPiece("{x")]
-
-
-def test_a_fence_is_released_as_soon_as_its_language_is_not_json() -> None:
-    parser = TextToolCallParser(TOOLS)
-    assert parser.feed("Code:\n``") == [TextPiece("Code:\n")]
-    assert parser.feed("`py") == [TextPiece("```py")]
-
-
-def test_a_marker_named_in_prose_is_released_at_the_next_character() -> None:
-    parser = TextToolCallParser(TOOLS)
-    assert parser.feed("Hermes wraps calls in <tool_call>") == [TextPiece("Hermes wraps calls in ")]
-    assert parser.feed(" tags.") == [TextPiece("<tool_call> tags.")]
+    for fed, released in feeds:
+        assert parser.feed(fed) == ([TextPiece(released)] if released else [])
 
 
 def test_text_after_a_call_is_released_at_once() -> None:
