@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codexgate.app import build_app
-from codexgate.backends.chat.backend import OnceLog, clip
+from codexgate.backends.log import OnceLog, clip
 from codexgate.backends.server_info import ContextWindows
 from codexgate.config import load_settings
 from codexgate.wire.responses import MAX_DEPTH

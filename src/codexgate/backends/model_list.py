@@ -3,7 +3,8 @@ worded by cause (for doctor, codex-setup and /healthz)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from codexgate.backends.http.transport import Transport
@@ -71,3 +72,22 @@ async def list_models(
     status, body, reason = await fetch_json_or_why(transport, base + "/models", headers or {}, timeout)
     models = [e["id"] for e in model_entries(body)] if status == 200 else []
     return ModelList(base, status, models, reason=reason)
+
+
+class CachedListing:
+    """An upstream's listing, asked for again at most every `seconds` (/healthz, which monitors
+    may poll often, and /v1/models)."""
+
+    __slots__ = ("_listing", "_seconds", "_until")
+
+    def __init__(self, seconds: float = 5.0) -> None:
+        self._listing: ModelList | None = None
+        self._seconds = seconds
+        self._until = 0.0
+
+    async def get(self, fetch: Callable[[], Awaitable[ModelList]]) -> ModelList:
+        """The listing, from `fetch()` when the last one is older than `seconds`."""
+        if self._listing is None or time.monotonic() >= self._until:
+            self._listing = await fetch()
+            self._until = time.monotonic() + self._seconds
+        return self._listing

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from codexgate.backends.base import UNKNOWN, Inbound, turn_options
+from codexgate.backends.base import UNKNOWN, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog, clip
+from codexgate.backends.log import OnceLog
 from codexgate.backends.server_info import ContextWindows
 from codexgate.errors import ContextLengthExceeded
 from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
@@ -29,7 +29,6 @@ from codexgate.wire.responses import ResponsesRequest
 __all__ = ["ChatBackend", "ChatCall", "OnceLog", "UpstreamTarget"]
 
 _MAX_BYTES_PER_TOKEN = 6
-_LOGGED_KINDS = 8  # dropped tool kinds or item types logged per request
 
 
 class ChatCall(HttpCall):
@@ -50,11 +49,8 @@ class ChatCall(HttpCall):
         chat = to_chat_request(
             req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep
         )
-        # Client-chosen strings: clipped, and a few per request at most.
-        for kind in dict.fromkeys(chat.catalogue.skipped[:_LOGGED_KINDS]):
-            backend.once.warning(f"tool kind {clip(kind)} cannot run on a chat upstream; left out")
-        for kind in dict.fromkeys(chat.dropped_items[:_LOGGED_KINDS]):
-            backend.once.warning(f"input item type {clip(kind)} has no chat form; left out")
+        backend.warn_left_out("tool kind", chat.catalogue.skipped, "cannot run on a chat upstream")
+        backend.warn_left_out("input item type", chat.dropped_items, "has no chat form")
         body = chat.encode()
         if history is not None and chat.checkpoint is not None:
             history.put(key, chat.checkpoint, inbound.body_size or len(body))
@@ -75,18 +71,10 @@ class ChatCall(HttpCall):
         assert self._unsent is not None
         req, chat = self._unsent
         self._unsent = None
-        backend, target = self._backend, self._target
-        options = turn_options(
-            target.name,
-            target.dialect,
-            input_bytes=self._input_bytes,
-            max_output_chars=target.max_output_bytes,
-            # Chat policies: the reasoning text rides in the item's encrypted_content and is
-            # replayed upstream next turn; a failed answer is marked so the next request
-            # leaves it out (translate/cuts.py).
-            reasoning_blob=encode_reasoning,
-            mark_cuts=True,
-        )
+        backend = self._backend
+        # The chat policy: the reasoning text rides in the item's encrypted_content and is
+        # replayed upstream next turn.
+        options = self._turn_options(reasoning_blob=encode_reasoning)
         turn = Turn(req, chat.catalogue, options, counts=backend.counts, sent=chat.body)
         return ChatStreamTranslator(turn, backend.counts)
 

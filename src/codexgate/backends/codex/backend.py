@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from codexgate.backends.codex.app_server import (
     ServerRequestRefused,
 )
 from codexgate.backends.codex.threads import AgentThread, AgentThreads, Gone, ToolCallAsked
-from codexgate.backends.model_list import ModelList
+from codexgate.backends.model_list import CachedListing, ModelList
 from codexgate.errors import GatewayError, UpstreamConnectError
 from codexgate.translate.codex_agent.events import AgentReader
 from codexgate.translate.codex_agent.request import (
@@ -289,8 +288,7 @@ class CodexBackend:  # a backends.base.Backend
         self.threads = AgentThreads(self.app_server, target.max_threads, target.tool_result_timeout)
         self.counts: Counter[str] = Counter()
         self.windows = None
-        self._listing: ModelList | None = None
-        self._listing_until = 0.0
+        self._listing = CachedListing(_HEALTH_CACHE_SECONDS)
 
     @property
     def name(self) -> str:
@@ -322,17 +320,16 @@ class CodexBackend:  # a backends.base.Backend
 
     async def reachability(self) -> ModelList:
         """Whether the app-server starts and lists models (cached briefly: monitors poll)."""
-        now = time.monotonic()
-        if self._listing is None or now >= self._listing_until:
-            try:
-                await self.ready()
-                listed = cast(ModelListResult, await self.app_server.request(MODEL_LIST, {}, timeout=10))
-                models = [m.get("id") for m in listed.get("data") or () if isinstance(m, dict)]
-                self._listing = ModelList(self.base_url, 200, [m for m in models if isinstance(m, str)])
-            except GatewayError as exc:
-                self._listing = ModelList(self.base_url, 0, detail=exc.message)
-            self._listing_until = time.monotonic() + _HEALTH_CACHE_SECONDS
-        return self._listing
+        return await self._listing.get(self._list_models)
+
+    async def _list_models(self) -> ModelList:
+        try:
+            await self.ready()
+            listed = cast(ModelListResult, await self.app_server.request(MODEL_LIST, {}, timeout=10))
+        except GatewayError as exc:
+            return ModelList(self.base_url, 0, detail=exc.message)
+        models = [m.get("id") for m in listed.get("data") or () if isinstance(m, dict)]
+        return ModelList(self.base_url, 200, [m for m in models if isinstance(m, str)])
 
     async def aclose(self) -> None:
         await self.threads.aclose()

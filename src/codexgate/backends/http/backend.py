@@ -6,27 +6,29 @@ Responses) adds the body it sends and the reader of what comes back.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, ClassVar, Protocol
 
 import orjson
 
+from codexgate.backends.base import turn_options
 from codexgate.backends.http.read_scheduler import REST, read_scheduler
 from codexgate.backends.http.stream import DONE, HttpStream, UpstreamTarget, WholeBody, describe_json
 from codexgate.backends.http.transport import Transport
 from codexgate.backends.log import OnceLog, clip, log
-from codexgate.backends.model_list import ModelList, list_models
+from codexgate.backends.model_list import CachedListing, ModelList, list_models
 from codexgate.backends.server_info import fetch_json, model_entries
 from codexgate.errors import UpstreamError, UpstreamStreamCut
-from codexgate.translate.turn import Turn
+from codexgate.translate.builder import ReasoningBlob
+from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses_events import Event
 
 __all__ = ["HttpBackend", "HttpCall", "StreamReader"]
 
 _HEALTH_PROBE_SECONDS = 2.0
 _HEALTH_CACHE_SECONDS = 5.0
+_LOGGED_KINDS = 8  # dropped tool kinds or item types logged per request
 
 
 class StreamReader(Protocol):
@@ -80,6 +82,23 @@ class HttpCall:
 
     def _make_reader(self) -> StreamReader:
         raise NotImplementedError
+
+    def _turn_options(
+        self, *, stop: list[str] | None = None, reasoning_blob: ReasoningBlob | None = None
+    ) -> TurnOptions:
+        """The turn's options for this upstream (backends/base.turn_options), with the policies
+        of every HTTP dialect: its output cap, and a failed answer marked so that the next
+        request leaves it out (translate/cuts.py)."""
+        target = self._target
+        return turn_options(
+            target.name,
+            target.dialect,
+            input_bytes=self._input_bytes,
+            max_output_chars=target.max_output_bytes,
+            stop=stop,
+            reasoning_blob=reasoning_blob,
+            mark_cuts=True,
+        )
 
     async def _before_send(self) -> None:
         """What a dialect checks before the request goes (its budgets have started)."""
@@ -195,8 +214,7 @@ class HttpBackend:
         self.transport = transport
         self.once = once or OnceLog()
         self.counts: Counter[str] = Counter() if counts is None else counts
-        self._listing: ModelList | None = None
-        self._listing_until = 0.0
+        self._listing = CachedListing(_HEALTH_CACHE_SECONDS)
 
     @property
     def name(self) -> str:
@@ -218,13 +236,17 @@ class HttpBackend:
     async def reachability(self) -> ModelList:
         """The upstream's answer to `GET /models`, asked at most every few seconds (for
         /healthz, which monitors may poll often)."""
-        now = time.monotonic()
-        if self._listing is None or now >= self._listing_until:
-            target = self.target
-            timeout = min(target.connect_timeout, _HEALTH_PROBE_SECONDS)
-            self._listing = await list_models(self.transport, target.base_url, target.headers, timeout)
-            self._listing_until = time.monotonic() + _HEALTH_CACHE_SECONDS
-        return self._listing
+        target = self.target
+        timeout = min(target.connect_timeout, _HEALTH_PROBE_SECONDS)
+        return await self._listing.get(
+            lambda: list_models(self.transport, target.base_url, target.headers, timeout)
+        )
+
+    def warn_left_out(self, what: str, kinds: list[str], why: str) -> None:
+        """Say once what of a request the upstream is not sent: a few kinds per request at most,
+        each clipped (they are the client's strings)."""
+        for kind in dict.fromkeys(kinds[:_LOGGED_KINDS]):
+            self.once.warning(f"{what} {clip(kind)} {why}; left out")
 
     async def aclose(self) -> None:
         """Nothing to release: the transport is the app's."""

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound, turn_options
+from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
-from codexgate.backends.log import OnceLog, clip
+from codexgate.backends.log import OnceLog
 from codexgate.translate.responses_upstream.request import ToolFormat, UpstreamRequest, to_upstream_request
 from codexgate.translate.responses_upstream.stream import ResponsesStreamReader
 from codexgate.translate.turn import Turn
@@ -27,7 +27,6 @@ from codexgate.wire.responses import ResponsesRequest
 
 __all__ = ["ResponsesBackend", "ResponsesCall"]
 
-_LOGGED_KINDS = 8  # dropped tool kinds or item types logged per request
 
 
 class ResponsesCall(HttpCall):
@@ -47,9 +46,8 @@ class ResponsesCall(HttpCall):
             tool_format=backend.tool_format,
             extra_body=target.dialect.extra_body,
         )
-        # Client-chosen strings: clipped, and a few per request at most.
-        for kind in dict.fromkeys(translated.catalogue.skipped[:_LOGGED_KINDS]):
-            backend.once.warning(f"tool kind {clip(kind)} is not offered to upstream {target.name}; left out")
+        skipped = translated.catalogue.skipped
+        backend.warn_left_out("tool kind", skipped, f"is not offered to upstream {target.name}")
         for kind in translated.dropped_items:  # foreign reasoning: routine after a switch of upstream
             backend.counts[f"request.{kind}_left_out"] += 1
         super().__init__(backend, "/responses", translated.encode())
@@ -61,16 +59,9 @@ class ResponsesCall(HttpCall):
         req, translated = self._unsent
         self._unsent = None
         backend, target = self._backend, self._target
-        options = turn_options(
-            target.name,
-            target.dialect,
-            input_bytes=self._input_bytes,
-            max_output_chars=target.max_output_bytes,
-            stop=req.stop,  # Responses servers have no stop sequences: the gateway applies them
-            # The upstream's reasoning blob is its own (the reader wraps it); a failed answer
-            # is marked so the next request leaves it out (translate/cuts.py).
-            mark_cuts=True,
-        )
+        # Responses servers have no stop sequences: the gateway applies them. The upstream's
+        # reasoning blob is its own (the reader wraps it).
+        options = self._turn_options(stop=req.stop)
         turn = Turn(req, translated.catalogue, options, counts=backend.counts, sent=translated.body)
         return ResponsesStreamReader(turn, target.name, backend.counts)
 
