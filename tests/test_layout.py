@@ -1,5 +1,11 @@
-"""The layering of DESIGN.md held by a test: `wire <- translate <- {backends, server, store} <-
-app, cli`, and the server and router reach backends only through backends/base.py."""
+"""The layout of docs/architecture.md held by a test: what each package may import.
+
+Arrows point one way: `wire <- translate <- config <- backends <- routing <- server <-
+observability <- app <- commands <- cli`, with `store` beside the backends. The server, the
+router and observability reach backends only through their seam (backends/base.py and the
+request scope, backends/scope.py); a backend kind's package reaches no other kind's (but the
+embedded model, which is a chat backend on a child process); a command reaches no other
+command (what Codex needs of a model, which two of them say, is commands/codex_needs.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +16,42 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "codexgate"
 
-# package -> codexgate packages it must not import
-FORBIDDEN = {
-    "wire": ("translate", "backends", "server", "store", "app", "cli"),
-    "translate": ("backends", "server", "store", "app", "cli"),
-    "backends": ("server", "store", "app", "cli", "commands"),
-    "config": ("backends", "server", "store", "app", "cli", "commands", "observability", "routing"),
-    "server": ("backends.chat", "backends.transport", "app", "cli"),
+_CORE = ("errors", "redact", "wire", "translate")  # everything may use these
+_BACKEND_SEAM = ("backends.base", "backends.scope")
+_BACKEND_SHARED = (*_BACKEND_SEAM, "backends.kinds", "backends.log", "backends.model_list",
+                   "backends.server_info", "backends.http", "config", *_CORE)  # fmt: skip
+# unit (a package, a backend kind's package, a command's package) -> what its modules may import
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "wire": ("errors", "wire"),
+    "translate": ("errors", "redact", "wire", "translate"),
+    "config": ("config", "errors", "translate"),
+    "store": ("store", "errors", "redact", "wire"),
+    "backends": (*_BACKEND_SHARED, "backends.discovery"),  # the seam and the modules every kind shares
+    "backends.http": _BACKEND_SHARED,
+    "backends.chat": (*_BACKEND_SHARED, "backends.chat"),
+    "backends.responses": (*_BACKEND_SHARED, "backends.responses"),
+    "backends.codex": (*_BACKEND_SHARED, "backends.codex"),
+    "backends.embedded": (*_BACKEND_SHARED, "backends.embedded", "backends.chat"),
+    "routing": ("routing", "config", *_BACKEND_SEAM, *_CORE),
+    "server": ("server", "routing", "store", "config", *_BACKEND_SEAM, *_CORE),
+    "observability": ("observability", "server", "routing", "store", "config", *_BACKEND_SEAM, *_CORE),
+    "app": ("app", "observability", "server", "routing", "store", "backends", "config", *_CORE),
+    "commands.doctor": ("commands.doctor", "commands.codex_needs", "app", "backends", "config", *_CORE),
+    "commands.codex_setup": (
+        "commands.codex_setup", "commands.codex_needs", "app", "backends", "config", "server", *_CORE,
+    ),  # fmt: skip
+    "commands.replay": ("commands.replay", "app", "observability", "server", "backends", "config", *_CORE),
+    "commands": ("commands.codex_needs",),
 }
+
+
+def unit_of(path: Path) -> str:
+    """The unit a module belongs to: its package, or for backends/ and commands/ the kind's or
+    the command's own package."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    if parts[0] in ("backends", "commands") and len(parts) > 2:
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
 
 
 def imports_of(path: Path) -> set[str]:
@@ -25,28 +59,44 @@ def imports_of(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("codexgate."):
             names.add(node.module.removeprefix("codexgate."))
+            if node.module == "codexgate.backends":  # from codexgate.backends import scope
+                names.update(f"backends.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             names.update(
                 a.name.removeprefix("codexgate.") for a in node.names if a.name.startswith("codexgate.")
             )
-    return names
+    return names - {"backends"}
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_a_layer_imports_nothing_above_it(package: str) -> None:
-    files = sorted((SRC / package).rglob("*.py"))
-    assert files
+def _within(name: str, allowed: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in allowed)
+
+
+MODULES = sorted(path for path in SRC.rglob("*.py") if path.parent != SRC or path.stem == "app")
+
+
+@pytest.mark.parametrize("unit", sorted(ALLOWED))
+def test_a_unit_imports_only_what_it_may(unit: str) -> None:
+    files = [path for path in MODULES if unit_of(path) == unit]
+    assert files, f"no module of {unit}"
     wrong = [
         f"{path.relative_to(SRC)} imports {name}"
         for path in files
-        for name in imports_of(path)
-        if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN[package])
+        for name in sorted(imports_of(path))
+        if not _within(name, ALLOWED[unit])
     ]
     assert not wrong
 
 
+def test_every_module_belongs_to_a_unit_with_rules() -> None:
+    top_level = {path.stem for path in SRC.glob("*.py")} - {"__init__"}
+    assert top_level == {"app", "cli", "errors", "redact"}  # the assembly, the entry, the errors, secrets
+    assert not [path for path in MODULES if unit_of(path) not in ALLOWED]
+
+
 def test_routing_knows_no_concrete_backend() -> None:
-    assert not {name for name in imports_of(SRC / "routing/router.py") if name.startswith("backends")}
+    names = {name for path in (SRC / "routing").rglob("*.py") for name in imports_of(path)}
+    assert {name for name in names if name.startswith("backends")} <= set(_BACKEND_SEAM)
 
 
 def test_the_embedded_models_process_imports_nothing_of_the_gateway() -> None:

@@ -9,7 +9,13 @@
 """
 
 from codexgate.config.checks import ConfigError, SettingError, check_upstream_url
-from codexgate.config.load import ENV_PREFIX, load_settings, read_api_key_configs, resolve_config_file
+from codexgate.config.load import (
+    API_KEYS_ENV,
+    ENV_PREFIX,
+    load_settings,
+    read_api_key_configs,
+    resolve_config_file,
+)
 from codexgate.config.settings import (
     LIST_SETTINGS,
     SINGLE_UPSTREAM_NAME,
@@ -39,6 +45,7 @@ from codexgate.config.upstreams import (
 )
 
 __all__ = [
+    "API_KEYS_ENV",
     "DIALECT_FIELDS",
     "ENV_PREFIX",
     "LIST_SETTINGS",

@@ -35,6 +35,8 @@ from codexgate.config.settings import LIST_SETTINGS, TABLE_SETTINGS, ApiKeyConfi
 from codexgate.config.upstreams import UPSTREAM_FIELDS, tag_free
 
 ENV_PREFIX = "CODEXGATE_"
+# The inbound API keys given in the environment, `name=key` entries (server/auth.py).
+API_KEYS_ENV = ENV_PREFIX + "API_KEYS"
 
 _SCALAR_FIELDS = {name for name in Settings.model_fields if name not in TABLE_SETTINGS}
 

@@ -12,9 +12,8 @@ import hmac
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from codexgate.config import ApiKeyConfig, ConfigError
+from codexgate.config import API_KEYS_ENV, ApiKeyConfig, ConfigError
 
-ENV_KEYS = "CODEXGATE_API_KEYS"
 MIN_KEY_LENGTH = 8
 
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
@@ -49,12 +48,12 @@ def resolve_api_keys(
             continue
         add(config.name, secret, config.key_env)
 
-    entries = [e.strip() for e in environ.get(ENV_KEYS, "").split(",") if e.strip()]
+    entries = [e.strip() for e in environ.get(API_KEYS_ENV, "").split(",") if e.strip()]
     for number, entry in enumerate(entries, 1):
         name, sep, secret = entry.partition("=")
         if not (sep and _NAME.fullmatch(name) and len(secret) >= MIN_KEY_LENGTH):
-            name, secret = f"{ENV_KEYS}#{number}", entry  # a bare key (base64 may end in "=")
-        add(name, secret, ENV_KEYS)
+            name, secret = f"{API_KEYS_ENV}#{number}", entry  # a bare key (base64 may end in "=")
+        add(name, secret, API_KEYS_ENV)
     return keys
 
 

@@ -22,10 +22,9 @@ from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from codexgate.config import CodexUpstream, ConfigError, HttpUpstream, Settings
+from codexgate.config import API_KEYS_ENV, CodexUpstream, ConfigError, HttpUpstream, Settings
 from codexgate.redact import RedactingFilter, Redactor, redact_url
 from codexgate.server.app import GatewayApp
-from codexgate.server.auth import ENV_KEYS
 from codexgate.server.limits import ConnectionLimits, limited_protocol
 from codexgate.server.logs import uvicorn_log_config
 from codexgate.server.malloc_trim import give_back_memory, give_back_now
@@ -56,7 +55,7 @@ def check_exposure(settings: Settings, has_keys: bool) -> None:
         return
     raise ConfigError(
         f"refusing to listen on {settings.host} without API keys: anyone who can reach it could "
-        f"use the upstream. Configure [[api_keys]] or {ENV_KEYS}, or pass --allow-unauthenticated."
+        f"use the upstream. Configure [[api_keys]] or {API_KEYS_ENV}, or pass --allow-unauthenticated."
     )
 
 

@@ -19,6 +19,7 @@ from codexgate.backends.http.target import upstream_target
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.backends.model_list import list_models
 from codexgate.backends.server_info import ContextWindow, probe_context_window
+from codexgate.commands.codex_needs import MIN_WINDOW
 from codexgate.commands.codex_setup.catalog import (
     FALLBACK_BASE_INSTRUCTIONS,
     CodexSetupError,
@@ -27,9 +28,14 @@ from codexgate.commands.codex_setup.catalog import (
     codex_base_instructions,
     write_codex_setup,
 )
-from codexgate.commands.doctor.probe import MIN_WINDOW
-from codexgate.config import ConfigError, EmbeddedUpstream, HttpUpstream, Settings, UpstreamConfig
-from codexgate.server.auth import ENV_KEYS
+from codexgate.config import (
+    API_KEYS_ENV,
+    ConfigError,
+    EmbeddedUpstream,
+    HttpUpstream,
+    Settings,
+    UpstreamConfig,
+)
 
 _PROBE_TIMEOUT = 5.0
 
@@ -173,7 +179,7 @@ def key_variable(settings: Settings, asked: str | None, environ: Mapping[str, st
         return asked
     if settings.api_keys:
         return settings.api_keys[0].key_env
-    if environ.get(ENV_KEYS, "").strip():
+    if environ.get(API_KEYS_ENV, "").strip():
         return DEFAULT_KEY_VARIABLE
     return None
 

@@ -24,6 +24,7 @@ from codexgate.backends.server_info import (
     probe_context_window,
     server_root,
 )
+from codexgate.commands.codex_needs import CODEX_FIRST_REQUEST_TOKENS, MIN_WINDOW, RECOMMENDED_WINDOW
 from codexgate.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout, UpstreamWrongURL
 from codexgate.translate.open_models.content import ContentStage
 from codexgate.translate.open_models.sampling import recommended_sampling, turn_token_cap
@@ -31,12 +32,6 @@ from codexgate.translate.open_models.textcalls import CallPiece
 from codexgate.translate.upstream_errors import classify
 from codexgate.wire.sse import SSEDecoder
 
-# Codex 0.169's first request through codexgate (base instructions, tool schemas, environment
-# context) measured 30 kB, 6.6k-7.1k tokens (bench/usage_estimate.py); file reads and command
-# output take it to ~20k within a few turns. Below MIN_WINDOW Codex spends the turn compacting.
-CODEX_FIRST_REQUEST_TOKENS = 7_000
-MIN_WINDOW = 16_384
-RECOMMENDED_WINDOW = 32_768
 # Servers known to cut an oversized prompt down without an error.
 TRUNCATING_SERVERS = {"Ollama", "LM Studio"}
 # Servers that refuse an oversized prompt before running it (so probing that costs nothing).
