@@ -36,13 +36,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from client import DIRECT, GATEWAY, StreamResult, pct, stream_once
 from procs import (
     CPUS,
     ROOT,
     Proc,
+    Processes,
     clean_env,
     cpu_seconds,
     free_port,
@@ -53,8 +54,34 @@ from procs import (
 )
 from workload import Scenario, growing
 
-if TYPE_CHECKING:
-    from run import Bench
+
+class Bench(Protocol):
+    """What a comparison uses of run.py's Bench (named here, not imported: run.py imports this)."""
+
+    procs: Processes
+    up_proc: Proc
+    up_v1: str
+    up_url: str
+    r: dict[str, Any]
+
+    def bodies_for(self, sc: Scenario, history_bytes: int = 0, seed: int = 7) -> tuple[bytes, bytes]: ...
+
+    async def capture(self, session: Any, sc: Scenario, hist: int, seed: int = 7) -> dict[str, Any]: ...
+
+    async def load(
+        self,
+        session: Any,
+        key: str,
+        kind: str,
+        sc: Scenario,
+        *,
+        streams: int,
+        seconds: float,
+        concurrency: int = 64,
+        gw_proc: Proc | None = None,
+        gw_url: str | None = None,
+        history: tuple[int, int] = (0, 7),
+    ) -> None: ...
 
 MB = 1024 * 1024
 
