@@ -1,0 +1,1 @@
+"""The ASGI app: faces, delivery, errors to HTTP, who may use it, limits, serving."""

@@ -1,5 +1,6 @@
 """A bounded memory of recent values, for what the gateway remembers between a conversation's
-turns (see wire/responses.py and translate/history.py).
+turns: the Responses face's checked request (server/faces/responses.py) and the chat backend's
+translated history (translate/chat_upstream/request.py).
 
 Codex re-sends the whole conversation every turn, so the gateway keeps the last request of
 each conversation to skip re-checking and re-translating the part it has seen. Clients choose

@@ -1,0 +1,1 @@
+"""The wire formats and their validation. No I/O."""

@@ -15,7 +15,7 @@ __all__ = ["CHAT", "ChatKind"]
 
 
 class ChatKind:
-    """`kind = "chat"`: a Chat Completions server (backends/chat.py)."""
+    """`kind = "chat"`: a Chat Completions server (backends/chat/backend.py)."""
 
     def build(self, upstream: UpstreamConfig, building: Building) -> ChatBackend:
         assert isinstance(upstream, ChatUpstream), "the chat kind builds chat upstreams"

@@ -15,7 +15,7 @@ __all__ = ["RESPONSES", "ResponsesKind"]
 
 
 class ResponsesKind:
-    """`kind = "responses"`: a Responses server (backends/responses.py)."""
+    """`kind = "responses"`: a Responses server (backends/responses/backend.py)."""
 
     def build(self, upstream: UpstreamConfig, building: Building) -> ResponsesBackend:
         assert isinstance(upstream, ResponsesUpstream), "the responses kind builds responses upstreams"
