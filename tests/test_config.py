@@ -10,6 +10,14 @@ import pytest
 from codexgate.config import UPSTREAM_CLASSES, UPSTREAM_FIELDS, ConfigError, UpstreamConfig, load_settings
 
 
+def config_error(config: Path, text: str) -> str:
+    """The ConfigError's message for a config file holding `text`."""
+    config.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, config, environ={})
+    return str(info.value)
+
+
 def test_defaults() -> None:
     settings = load_settings({}, environ={})
     assert (settings.host, settings.port, settings.idle_timeout) == ("127.0.0.1", 8787, 300.0)
@@ -61,10 +69,8 @@ def test_boolean_environment_values() -> None:
 )
 def test_bad_settings_say_what_to_fix(tmp_path: Path, toml: str, fragment: str) -> None:
     config = tmp_path / "c.toml"
-    config.write_text(toml)
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert fragment in str(info.value)
+    message = config_error(config, toml)
+    assert fragment in message
 
 
 def test_missing_config_file() -> None:
@@ -135,10 +141,8 @@ def test_log_level_is_case_insensitive() -> None:
 )
 def test_unknown_keys_suggest_the_nearest_known_one(tmp_path: Path, toml: str, suggestion: str) -> None:
     config = tmp_path / "c.toml"
-    config.write_text(toml)
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert suggestion in str(info.value) and str(config) in str(info.value)
+    message = config_error(config, toml)
+    assert suggestion in message and str(config) in message
 
 
 def test_the_example_config_loads_and_names_every_setting() -> None:
@@ -337,29 +341,22 @@ def test_a_route_to_an_unknown_upstream_names_the_model_entry_the_file_and_the_u
 
 def test_an_unknown_kind_is_echoed_with_the_valid_kinds(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[[upstreams]]\nname = "x"\nkind = "ollama"\nbase_url = "http://a/v1"\n')
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    message = str(info.value)
+    message = config_error(config, '[[upstreams]]\nname = "x"\nkind = "ollama"\nbase_url = "http://a/v1"\n')
     assert "upstreams[0].kind = 'ollama' (upstream 'x', in " in message
     assert "must be 'chat', 'responses', 'codex' or 'embedded'" in message
 
 
 def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n')
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert f"upstreams[0].developer_role (upstream 'agent', in {config}): developer_role applies to upstreams of kind chat" in str(info.value)
+    message = config_error(config, '[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n')
+    assert f"upstreams[0].developer_role (upstream 'agent', in {config}): developer_role applies to upstreams of kind chat" in message
 
 
 def test_a_global_setting_inside_an_upstream_says_it_is_global(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n')
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in str(info.value)
-    assert "history_cache_mb is set at the top level of the file" in str(info.value)
+    message = config_error(config, '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n')
+    assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in message
+    assert "history_cache_mb is set at the top level of the file" in message
 
 
 def test_an_upstream_that_names_no_kind_is_a_chat_upstream_and_each_kind_is_its_own_model() -> None:
@@ -399,18 +396,14 @@ def test_an_upstream_that_names_no_kind_is_a_chat_upstream_and_each_kind_is_its_
 )
 def test_an_error_inside_an_upstream_of_any_kind_names_it_as_written(tmp_path: Path, table: str, fragment: str) -> None:
     config = tmp_path / "c.toml"
-    config.write_text(f"[[upstreams]]\n{table}\n")
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert fragment.format(file=config) in str(info.value)
+    message = config_error(config, f"[[upstreams]]\n{table}\n")
+    assert fragment.format(file=config) in message
 
 
 def test_an_upstream_that_is_not_a_table_says_so(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('upstreams = ["http://a/v1"]\n')
-    with pytest.raises(ConfigError) as info:
-        load_settings({}, config, environ={})
-    assert f"upstreams[0] = 'http://a/v1' (in {config}): must be a valid dictionary" in str(info.value)
+    message = config_error(config, 'upstreams = ["http://a/v1"]\n')
+    assert f"upstreams[0] = 'http://a/v1' (in {config}): must be a valid dictionary" in message
 
 
 def test_the_single_upstream_flag_is_a_chat_upstream() -> None:
