@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +23,12 @@ from codexgate.backends.http.transport import AiohttpTransport, Transport
 from codexgate.backends.kinds import BackendKind, Building
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses.factory import RESPONSES
-from codexgate.config import ChatUpstream, HttpUpstream, Settings
+from codexgate.config import ChatUpstream, HttpUpstream, ModelConfig, PoolMember, Settings
 from codexgate.observability.live_view import install_live_view
 from codexgate.observability.metrics import Metrics
 from codexgate.observability.recorder import Recorder
 from codexgate.redact import Redactor, install_log_redaction, url_secrets
+from codexgate.routing.pool import Member, Pool
 from codexgate.routing.router import Router
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
@@ -59,19 +60,76 @@ BACKEND_KINDS: Mapping[str, BackendKind] = {
 
 
 def build_router(building: Building) -> Router[Backend]:
-    """A backend per configured upstream, and each model route's view of its upstream's."""
+    """A backend per configured upstream, and each model route's view of its upstream's (or a
+    pool of its upstreams' views, routing/pool.py)."""
     settings = building.settings
     router: Router[Backend] = Router()
     kinds: dict[str, BackendKind] = {}
     for upstream in settings.all_upstreams():
         kinds[upstream.name] = BACKEND_KINDS[upstream.kind]
         router.backends[upstream.name] = kinds[upstream.name].build(upstream, building)
+    pools = router.pools
+    pooled = _pooled_routes(settings)
+
+    def resolve(name: str) -> Pool:  # a fallback, by the route's name or an alias
+        route = router.models[name].model
+        return pools[route.name if route is not None else name]
+
     for model in settings.models:
-        name = model.upstream or next(iter(router.backends))
-        router.add_model(model, kinds[name].for_route(router.backends[name], model))
+        if model.name in pooled:
+            pools[model.name] = _pool(model, settings, router, kinds, resolve)
+            router.add_model(model, pools[model.name])
+        else:
+            name = model.upstream or next(iter(router.backends))
+            router.add_model(model, kinds[name].for_route(router.backends[name], model))
     if settings.discover:
         router.discovery_candidates = [f"{name} {url}" for name, url in LOCAL_SERVERS]
     return router
+
+
+def _pooled_routes(settings: Settings) -> set[str]:
+    """The routes a pool serves: those of several upstreams or a capped one, with fallbacks, or
+    named as a fallback."""
+    capped = {u.name for u in settings.all_upstreams() if u.max_concurrent is not None}
+    targets = {name for model in settings.models for name in model.fallbacks}
+    by_alias = {alias: model.name for model in settings.models for alias in model.aliases}
+    pooled = {by_alias.get(name, name) for name in targets}
+    for model in settings.models:
+        members = {member.name for member in model.members()}
+        if len(members) > 1 or members & capped or model.fallbacks:
+            pooled.add(model.name)
+    return pooled
+
+
+def _pool(
+    model: ModelConfig,
+    settings: Settings,
+    router: Router[Backend],
+    kinds: dict[str, BackendKind],
+    resolve: Callable[[str], Pool],
+) -> Pool:
+    upstreams = {u.name: u for u in settings.all_upstreams()}
+    members = []
+    for position, member in enumerate(model.members() or [PoolMember(name=next(iter(upstreams)))]):
+        upstream = upstreams[member.name]
+        backend = router.backends[member.name]
+        health = router.health.member(member.name, upstream.max_concurrent)
+        router.health.watch(member.name, _answers(backend))
+        view = kinds[member.name].for_route(backend, model)
+        model_id = member.model or model.model or model.name
+        queue_timeout = upstream.idle_timeout or settings.idle_timeout
+        members.append(Member(view, model_id, health, queue_timeout, position))
+    return Pool(
+        model.name, members, router.health, balance=model.balance, weights=model.weights,
+        sticky=model.sticky, fallbacks=tuple(model.fallbacks), resolve=resolve,
+    )  # fmt: skip
+
+
+def _answers(backend: Backend) -> Callable[[], Awaitable[bool]]:
+    async def answers() -> bool:
+        return (await backend.reachability()).cause in (None, "no_models")
+
+    return answers
 
 
 class _LocalServerFinder:
@@ -238,16 +296,18 @@ def _lifespan(
     router: Router[Backend], building: Building, redactor: Redactor
 ) -> tuple[_LocalServerFinder, Callable[[], Any], Callable[[], Any]]:
     """The finder of a local server, and the app's start and stop hooks: at start the probe of
-    the upstreams (in the background), then the finder; at stop both end, then the backends."""
+    the upstreams and the pools' health probe (in the background), then the finder; at stop
+    they end, then the backends."""
     finder = _LocalServerFinder(router, building)
     upstreams = building.settings.all_upstreams()
     probe = StartupProbe(router, kinds={u.name: u.kind for u in upstreams})
 
     async def startup() -> None:
         probe.start()  # in the background: nothing waits for it
+        router.health.start()
         await finder.startup()
 
-    shutdown = _then(probe.aclose, finder.aclose)
+    shutdown = _then(_then(probe.aclose, router.health.aclose), finder.aclose)
     return finder, *_with_log_redaction(redactor, startup, building.transport, router, shutdown)
 
 

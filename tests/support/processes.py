@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STARTUP_SECONDS = 30.0
-RUNNING_ON = re.compile(r"running on (http://\S+)", re.IGNORECASE)  # uvicorn's line once it serves
+# uvicorn's line once it serves, or under --workers the supervisor's (its socket is listening:
+# a connection waits for a worker to take it)
+RUNNING_ON = re.compile(r"running on (http://\S+)|\d+ workers on (\S+:\d+)", re.IGNORECASE)
 
 
 def free_port() -> int:
@@ -132,7 +134,7 @@ def serve_process(*args: str, env: Mapping[str, str] | None = None) -> Iterator[
             served.output.append(line)
             found = None if served.base else RUNNING_ON.search(line)
             if found:
-                served.base = found.group(1)
+                served.base = found.group(1) or f"http://{found.group(2)}"
                 started.set()
         started.set()
 

@@ -43,6 +43,9 @@ class Inbound:
     # The first n input items are equal to those of the conversation's previous request (this
     # list): compared once by the face, so a backend need not compare them again.
     known_prefix: tuple[list[Item], int] | None = None
+    # At most this many retries of the upstream request (None: the upstream's own setting): a
+    # pool's member is asked with 0 while another member could answer (routing/pool.py).
+    max_retries: int | None = None
 
 
 UNKNOWN = Inbound()  # a request nothing is known of

@@ -1,6 +1,6 @@
 """What serving one request carries that no signature shows: the gateway's one context variable.
 
-Three things reach code far from where they are set, across the face, the request services
+Four things reach code far from where they are set, across the face, the request services
 (server/state.py), the backend, its turn and the transport, none of which should change its
 signature for them:
 
@@ -11,6 +11,8 @@ signature for them:
   the tapped transport (backends/http/tap.py) copies the exchange's upstream traffic into it.
 - `attempts`: set by the tracer (observability/tracing.py); the HTTP stream
   (backends/http/stream.py) reports each attempt to reach the upstream to it.
+- `answered_by`: set by a route's pool (routing/pool.py) once a member took the request: the
+  route that answered (a fallback's, perhaps) and its upstream, for the access line and metrics.
 
 They live in one `RequestScope` per request, which the server enters for the task serving it
 (`entered()`); outside a request (health probes, model lists, tests that drive a backend
@@ -91,11 +93,12 @@ class AttemptWatcher(Protocol):
 
 @dataclass(slots=True)
 class RequestScope:
-    """One request's interrupt, tap and attempt watcher (each None: nobody set it)."""
+    """One request's interrupt, tap, attempt watcher and where it went (each None: nobody set it)."""
 
     interrupt: Interrupt | None = None
     tap: Tap | None = None
     attempts: AttemptWatcher | None = None
+    answered_by: tuple[str, str] | None = None  # (route, upstream)
 
 
 _CURRENT: ContextVar[RequestScope | None] = ContextVar("codexgate_request_scope", default=None)

@@ -21,8 +21,10 @@ from codexgate.config.settings import (
     SINGLE_UPSTREAM_NAME,
     TABLE_SETTINGS,
     ApiKeyConfig,
+    Balance,
     LogLevel,
     ModelConfig,
+    PoolMember,
     Settings,
 )
 from codexgate.config.upstreams import (
@@ -63,7 +65,9 @@ __all__ = [
     "EmbeddedUpstream",
     "HttpUpstream",
     "LogLevel",
+    "Balance",
     "ModelConfig",
+    "PoolMember",
     "ResponsesUpstream",
     "SandboxMode",
     "SettingError",

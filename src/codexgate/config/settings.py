@@ -25,13 +25,29 @@ from codexgate.translate.dialect import ChatDialect, ThinkMode
 SINGLE_UPSTREAM_NAME = "default"
 
 
-class ModelConfig(Strict):
-    """A `[[models]]` table: a name clients ask for, the upstream it goes to, and the model's own
-    settings layered on the upstream's."""
+class PoolMember(Strict):
+    """One member of a route's pool: an upstream, and its own id of the model when it differs."""
 
     name: str
-    upstream: str | None = None  # None: the only upstream
-    model: str | None = None
+    model: str | None = None  # None: the route's `model`
+
+
+Balance = Literal["least_busy", "round_robin", "weighted"]
+
+
+class ModelConfig(Strict):
+    """A `[[models]]` table: a name clients ask for, the upstream it goes to (or the pool of
+    upstreams, and the routes to try when none of them can answer), and the model's own settings
+    layered on the upstream's."""
+
+    name: str
+    upstream: str | None = None  # None: the only upstream (or `upstreams`)
+    upstreams: list[str | PoolMember] = Field(default_factory=list)  # a pool (routing/)
+    model: str | None = None  # the upstreams' model id (default: name)
+    balance: Balance = "least_busy"
+    weights: list[float] = Field(default_factory=list)  # balance = "weighted": one per member
+    sticky: bool = True  # one conversation stays on one member while it is usable
+    fallbacks: list[str] = Field(default_factory=list)  # routes tried, in order, when this one cannot answer
     aliases: list[str] = Field(default_factory=list)
     context_window: int | None = Field(default=None, gt=0, le=MAX_WINDOW)
     supports_images: bool = False
@@ -45,7 +61,27 @@ class ModelConfig(Strict):
     def _check_modes(self) -> ModelConfig:
         if self.text_tool_calls is not None:
             check_text_tool_calls(self.text_tool_calls)
+        if self.upstream is not None and self.upstreams:
+            raise SettingError(("upstreams",), "give `upstream` (one) or `upstreams` (a pool), not both")
+        names = [member.name for member in self.members()]
+        if len(names) != len(set(names)):
+            raise SettingError(("upstreams",), f"a pool names each upstream once, not {names}")
+        if self.balance == "weighted" and len(self.weights) != len(names):
+            wanted = f"one weight per member ({len(names)})"
+            raise SettingError(("weights",), f'balance = "weighted" takes {wanted}')
+        if self.weights and self.balance != "weighted":
+            raise SettingError(("weights",), 'weights go with balance = "weighted"')
+        if any(weight <= 0 for weight in self.weights):
+            raise SettingError(("weights",), "weights must be greater than 0")
+        if self.name in self.fallbacks:
+            raise SettingError(("fallbacks",), f"route {self.name!r} cannot fall back to itself")
         return self
+
+    def members(self) -> list[PoolMember]:
+        """The upstreams of this route, each with its model id (empty: the only upstream)."""
+        if self.upstream is not None:
+            return [PoolMember(name=self.upstream)]
+        return [PoolMember(name=m) if isinstance(m, str) else m for m in self.upstreams]
 
     def dialect_for(self, upstream: ChatDialect) -> ChatDialect:
         """The upstream's dialect with this model's settings layered on: a model setting left
@@ -184,18 +220,27 @@ class Settings(Strict):
                 where = ("upstreams", i - offset, "name") if i >= offset else ("upstream",)
                 raise SettingError(where, f"upstream names must be unique: {name!r} is used twice")
         listed = ", ".join(names) or "none"
+        routes = {name for model in self.models for name in (model.name, *model.aliases)}
         for i, model in enumerate(self.models):
-            if model.upstream is None and len(names) != 1:
+            members = model.members()
+            if not members and len(names) != 1:
                 raise SettingError(
                     ("models", i, "upstream"),
                     f"model {model.name!r} must name its upstream (there are {len(names)}: {listed})",
                 )
-            if model.upstream is not None and model.upstream not in names:
-                raise SettingError(
-                    ("models", i),
-                    f"model {model.name!r} routes to unknown upstream {model.upstream!r}; "
-                    f"the upstreams are: {listed}",
-                )
+            for member in members:
+                if member.name not in names:
+                    raise SettingError(
+                        ("models", i),
+                        f"model {model.name!r} routes to unknown upstream {member.name!r}; "
+                        f"the upstreams are: {listed}",
+                    )
+            for fallback in model.fallbacks:
+                if fallback not in routes:
+                    raise SettingError(
+                        ("models", i, "fallbacks"),
+                        f"model {model.name!r} falls back to unknown route {fallback!r}",
+                    )
         return self
 
     def all_upstreams(self) -> list[UpstreamConfig]:

@@ -75,6 +75,9 @@ class UpstreamBase(Strict):
     # Stop a model that repeats the same text over and over instead of letting it fill the
     # context window; the response fails with `model_output_loop`, which Codex retries.
     loop_guard: bool = True
+    # Requests in flight at once on this server (e.g. llama.cpp's --parallel slots); past it a
+    # request waits in a short queue or goes to another member of its route (routing/).
+    max_concurrent: int | None = Field(default=None, ge=1, le=100_000)
 
     @model_validator(mode="before")
     @classmethod
@@ -113,6 +116,9 @@ class HttpUpstream(UpstreamBase):
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float | None = Field(default=None, gt=0, le=3600)  # None: the global value
     max_retries: int | None = Field(default=None, ge=0, le=100)
+    # Seconds the server may take to its first byte (its response headers) before the attempt
+    # fails; None: idle_timeout. A pool fails over to another member past it.
+    first_byte_timeout: float | None = Field(default=None, gt=0, le=DAY)
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("base_url")

@@ -29,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from codexgate.routing.health import HealthBoard
 from codexgate.server.exchange import Exchange
 from codexgate.server.observe import Observer
 from codexgate.server.state import ResponseState
@@ -92,6 +93,11 @@ class Metrics(Observer):
             "codexgate_requests", "Requests answered, by face, backend (upstream), model and outcome.",
             ("face", "backend", "model", "outcome"), registry=registry,
         )  # fmt: skip
+        self.routed = Counter(
+            "codexgate_routed_requests", "Requests a pool answered, by the route that answered (the "
+            "model's or a fallback's) and its upstream.",
+            ("route", "backend"), registry=registry,
+        )  # fmt: skip
         self.streams_open = Gauge(
             "codexgate_streams_open", "Requests being answered now, by face.", ("face",), registry=registry
         )
@@ -124,6 +130,7 @@ class Metrics(Observer):
         self._tokens: dict[tuple[str, ...], Any] = {}
         self._calls: dict[tuple[str, ...], Any] = {}
         self._faces: dict[tuple[str, ...], Any] = {}
+        self._routes: dict[tuple[str, ...], Any] = {}
         # Exchanges started and not yet finished (their streams_open child), by id: an
         # exchange's `finished` always follows its `started` (both in the request's task, the
         # second in a `finally`), so an id is not reused while it is here.
@@ -153,6 +160,8 @@ class Metrics(Observer):
         model = self._model(exchange.model)
         outcome = self._outcome(exchange.outcome or "unknown")
         _child(self._requests, self.requests, (face, backend, model, outcome)).inc()
+        if exchange.route is not None:
+            _child(self._routes, self.routed, (self._model(exchange.route), backend)).inc()
         timing = self._timings.get((face, backend))
         if timing is None:
             timing = self._timings[face, backend] = (
@@ -270,6 +279,7 @@ class _GatewayCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._counts()
+        yield from _routing_metrics(self._app.router.health)
         sockets = self._app.sockets
         if sockets is not None:
             yield _gauge("codexgate_websocket_connections_open", "WebSocket connections open.", sockets.open)
@@ -318,6 +328,34 @@ class _GatewayCollector(Collector):
             yield _gauge(
                 "codexgate_store_bytes", "Bytes of responses kept in the store.", figures.stats.bytes
             )
+
+
+def _routing_metrics(board: HealthBoard) -> Iterator[Metric]:
+    """What the pools did (routing/pool.py) and how their upstreams are."""
+    families = (
+        ("codexgate_failovers", "Requests a pool's member failed before the first byte, retried on "
+         "the next member.", ("route", "from_upstream", "to_upstream"), board.failovers),
+        ("codexgate_fallbacks", "Requests a route could not answer, tried on its fallback route.",
+         ("route", "to_route"), board.fallbacks),
+        ("codexgate_cooldowns", "Times an upstream failed and cooled down.", ("upstream",),
+         {(name,): n for name, n in board.cooldowns.items()}),
+        ("codexgate_sticky_yields", "Conversations sent off their member because it was far busier.",
+         ("route",), {(name,): n for name, n in board.sticky_yields.items()}),
+    )  # fmt: skip
+    for name, help_text, labels, counts in families:
+        family = CounterMetricFamily(name, help_text, labels=list(labels))
+        for values, count in list(counts.items()):
+            family.add_metric(_cut(values), count)
+        yield family
+    usable = GaugeMetricFamily("codexgate_upstream_usable", "1 while a pool's upstream takes requests, "
+                               "0 while it cools down.", labels=["upstream"])  # fmt: skip
+    in_flight = GaugeMetricFamily("codexgate_upstream_in_flight", "Requests on a pool's upstream now.",
+                                  labels=["upstream"])  # fmt: skip
+    for member in list(board.members.values()):
+        usable.add_metric(_cut((member.name,)), 1.0 if member.can_take() else 0.0)
+        in_flight.add_metric(_cut((member.name,)), float(member.in_flight))
+    yield usable
+    yield in_flight
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from codexgate.config import ModelConfig
 from codexgate.errors import ModelNotFound, NoUpstream
+from codexgate.routing.health import HealthBoard
+from codexgate.routing.pool import Pool
 
 B = TypeVar("B")  # a backend; routing does not care which kind
 
@@ -33,6 +35,8 @@ class Router(Generic[B]):
     models: dict[str, Route[B]] = field(default_factory=dict)  # by model name and alias
     routed: list[ModelConfig] = field(default_factory=list)
     discovery_candidates: list[str] = field(default_factory=list)
+    health: HealthBoard = field(default_factory=HealthBoard)  # the upstreams of pools (routing/pool.py)
+    pools: dict[str, Pool] = field(default_factory=dict)  # the routes pools serve, by name
 
     def add_model(self, model: ModelConfig, backend: B) -> None:
         """Route `model` (and its aliases) to `backend`, which carries the model's settings."""
@@ -40,6 +44,10 @@ class Router(Generic[B]):
         route = Route(backend, model.model or model.name, model)
         for name in (model.name, *model.aliases):
             self.models[name] = route
+
+    def describe_pools(self) -> dict[str, Any]:
+        """Each route a pool serves: its members, balance, stickiness and fallbacks (/healthz)."""
+        return {name: pool.describe() for name, pool in self.pools.items()}
 
     def no_upstream(self) -> NoUpstream:
         """The error for a gateway with no upstream at all, saying how to give one."""

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import orjson
 
+from codexgate.backends import scope as request_scope
 from codexgate.backends.base import Backend, Call, Inbound
 from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import (
@@ -320,6 +321,7 @@ class GatewayApp:
     ) -> None:
         # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
         await interrupt.wait(call.open())
+        delivery.answered_by(request_scope.current().answered_by)
         events = call.events()
         try:
             await deliver(events, encoder, send, delivery, self.redactor)
@@ -345,13 +347,16 @@ class GatewayApp:
             await self._on_no_upstream()
         backends = list(self.router.backends.items())
         listings = await asyncio.gather(*(backend.reachability() for _, backend in backends))
+        board = self.router.health
         upstreams = {
             name: {
                 "base_url": _without_credentials(backend.base_url),
                 "reachable": listing.status != 0,
-                "usable": listing.cause in (None, "no_models"),
+                # A pool's member cooling down after failures is not usable until it answers.
+                "usable": listing.cause in (None, "no_models") and board.can_take(name),
                 "models": len(listing.models),
                 "problem": listing.problem(),
+                **board.describe(name),
             }
             for (name, backend), listing in zip(backends, listings, strict=True)
         }
@@ -359,6 +364,7 @@ class GatewayApp:
         health = {
             "status": "ok" if usable else "unavailable",
             "upstreams": upstreams,
+            "routes": self.router.describe_pools(),
             "counts": {name: dict(sorted(b.counts.items())) for name, b in backends},
             "context_windows": {name: b.windows.known() for name, b in backends if b.windows is not None},
         }

@@ -26,7 +26,7 @@ class Exchange:
     __slots__ = (
         "complete", "started", "request_id", "face", "model", "upstream", "status", "outcome",
         "first_output", "usage", "response_id", "req", "terminal", "watch", "wall_start", "caller",
-        "prepared", "error_message",
+        "prepared", "error_message", "route",
     )  # fmt: skip
 
     def __init__(self, request_id: str | None = None, face: str | None = None) -> None:
@@ -55,6 +55,13 @@ class Exchange:
         self.caller: str | None = None
         # An HTTP error's message as raised, not yet redacted (the live view redacts it).
         self.error_message: str | None = None
+        # The route that answered: the model's, or one of its fallbacks' (routing/pool.py).
+        self.route: str | None = None
+
+    def answered_by(self, where: tuple[str, str] | None) -> None:
+        """A route's pool took the request: the route and the upstream that answer it."""
+        if where is not None:
+            self.route, self.upstream = where
 
     def saw_output(self) -> None:
         if self.first_output is None:
@@ -81,6 +88,7 @@ class Exchange:
             "face": self.face,
             "response_id": self.response_id,
             "model": self.model,
+            "route": self.route,  # a pool's route (or its fallback's) that answered
             "upstream": self.upstream,
             "status": self.status,
             "outcome": self.outcome,

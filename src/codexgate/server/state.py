@@ -180,8 +180,10 @@ class ResponseState:
         own_input = await self._resolve_references(req.input, owner, recent) if referencing else req.input
         history: list[Item] = []
         if req.previous_response_id is not None:
-            history = await self._history(req.previous_response_id, owner, recent)
+            history, root = await self._history(req.previous_response_id, owner, recent)
             _check_outputs_answer_calls(history, own_input)
+            if inbound.conversation is None and root is not None:  # the chain is the conversation
+                inbound = dataclasses.replace(inbound, conversation=f"{owner}\x00chain:{root}")
         expanded = history + own_input if history else own_input
         if history or referencing or not kinds.isdisjoint(COMPACTION_KINDS):
             expanded = expand_compaction_items(expanded, owner, self.secret)
@@ -195,10 +197,14 @@ class ResponseState:
             req = summary_request(req)
         return Prepared(req, inbound, owner, own_input, compaction)
 
-    async def _history(self, previous_id: str, owner: str, recent: Recent | None) -> list[Item]:
+    async def _history(
+        self, previous_id: str, owner: str, recent: Recent | None
+    ) -> tuple[list[Item], str | None]:
+        """The history `previous_id` continues, and the id of its chain's first response (None:
+        not known, remembered by a WebSocket connection, which is its own conversation)."""
         remembered = recent.find(previous_id) if recent is not None else None
         if remembered is not None:
-            return remembered.context + remembered.output
+            return remembered.context + remembered.output, None
         chain = await self.store.chain(previous_id, owner) if self.store is not None else []
         if not chain:
             raise _previous_not_found(previous_id)
@@ -214,7 +220,7 @@ class ResponseState:
         for record in chain:
             history += record.input
             history += record.output
-        return history
+        return history, chain[0].id
 
     async def _resolve_references(self, items: list[Item], owner: str, recent: Recent | None) -> list[Item]:
         wanted = [i for i, item in enumerate(items) if item.get("type") == ITEM_REFERENCE]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from codexgate.backends import scope as request_scope
 from codexgate.backends.base import Call, Inbound
 from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import GatewayError, InvalidRequest
@@ -121,6 +124,7 @@ class _Connection:
         self.busy = False
         self.responding: asyncio.Task[None] | None = None  # the response in flight
         self.left = False  # the client closed the connection
+        self.conversation = f"{scope.get(API_KEY_NAME) or ''}\x00ws:{os.urandom(8).hex()}"
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read_frames())
@@ -209,6 +213,8 @@ class _Connection:
             del raw
             generate = data.pop("generate", True)
             req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), frame_bytes)
+            if inbound.conversation is None:  # the connection is the conversation (routing/choice.py)
+                inbound = dataclasses.replace(inbound, conversation=self.conversation)
             del data
             exchange.model, exchange.req = req.model, req
             previous = req.previous_response_id
@@ -221,6 +227,7 @@ class _Connection:
                 call = await self.sockets._start(req, inbound, exchange, self.recent)
                 del req, inbound
                 await interrupt.wait(call.open())
+                exchange.answered_by(request_scope.current().answered_by)
                 await self._stream(call, exchange, frame_bytes)
         except GatewayError as exc:
             exchange.status, exchange.outcome = exc.status, exc.code

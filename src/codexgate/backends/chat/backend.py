@@ -56,7 +56,7 @@ class ChatCall(HttpCall):
             history.put(key, chat.checkpoint, inbound.body_size or len(body))
         elif earlier is not None and history is not None:
             history.drop(key)  # the conversation shrank (compacted): its old turn is no use
-        super().__init__(backend, "/chat/completions", body)
+        super().__init__(backend, "/chat/completions", body, inbound)
         self._backend = backend
         self._upstream_model = upstream_model
         self._unsent: tuple[ResponsesRequest, ChatRequest] | None = (req, chat)

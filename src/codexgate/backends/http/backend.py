@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Protocol
 
 import orjson
 
-from codexgate.backends.base import turn_options
+from codexgate.backends.base import Inbound, turn_options
 from codexgate.backends.http.read_scheduler import REST, read_scheduler
 from codexgate.backends.http.stream import DONE, HttpStream, UpstreamTarget, WholeBody, describe_json
 from codexgate.backends.http.transport import Transport
@@ -66,11 +66,12 @@ class HttpCall:
 
     answer_noun: ClassVar[str] = "an answer"  # what a whole JSON body should have been
 
-    def __init__(self, backend: HttpBackend, path: str, body: bytes) -> None:
+    def __init__(self, backend: HttpBackend, path: str, body: bytes, inbound: Inbound) -> None:
         self._target = backend.target
         self._input_bytes = len(body)
         self._counts = backend.counts
-        self._http = HttpStream(backend.transport, backend.target, path, body, backend.counts)
+        retries = inbound.max_retries
+        self._http = HttpStream(backend.transport, backend.target, path, body, backend.counts, retries)
         self._reader: StreamReader | None = None
         self._noise_logged = False
 

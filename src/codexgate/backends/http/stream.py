@@ -61,6 +61,8 @@ class UpstreamTarget:
     # which it ends `incomplete` (max_output_tokens), and seconds from the request to the end.
     max_output_bytes: int = 8 * 1024 * 1024
     max_request_seconds: float = 3600.0
+    # Seconds to the first byte (the response headers), retries included; None: idle_timeout.
+    first_byte_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +154,13 @@ class HttpStream:
         path: str,
         body: bytes,
         counts: Counter[str] | None = None,
+        max_retries: int | None = None,
     ) -> None:
+        """`max_retries`: fewer retries than the target's for this request (a pool's member
+        while another can answer: the pool fails over at once instead)."""
         self._transport = transport
+        limit = target.max_retries if max_retries is None else max_retries
+        self._max_retries = min(target.max_retries, limit)
         self._counts: Counter[str] = Counter() if counts is None else counts
         self._attempt: scope.Attempt | None = None  # the attempt that answered, while read
         self._target = target
@@ -165,6 +172,14 @@ class HttpStream:
         self._started = 0.0  # loop time when open() began
         self._first_byte_deadline = 0.0
         self._deadline = float("inf")  # loop time by which the response must have ended
+
+    @property
+    def _first_byte_budget(self) -> float:
+        return self._target.first_byte_timeout or self._target.idle_timeout
+
+    @property
+    def _budget_name(self) -> str:
+        return "first byte timeout" if self._target.first_byte_timeout else "idle timeout"
 
     @property
     def subject(self) -> str:
@@ -184,7 +199,7 @@ class HttpStream:
             return
         target = self._target
         self._started = asyncio.get_running_loop().time()
-        self._first_byte_deadline = self._started + target.idle_timeout
+        self._first_byte_deadline = self._started + self._first_byte_budget
         self._deadline = self._started + target.max_request_seconds
 
     async def open(self) -> None:
@@ -224,7 +239,7 @@ class HttpStream:
             self._counts[f"upstream.error.{error.code}"] += 1
             if watched is not None:
                 watched.end(status, error.code)
-            if not retryable or attempt >= target.max_retries:
+            if not retryable or attempt >= self._max_retries:
                 raise error
             if error.retry_after is not None:
                 wait = error.retry_after
@@ -256,7 +271,7 @@ class HttpStream:
             attempts = f"{attempt + 1} attempts" if attempt else "1 attempt"
             raise UpstreamTimeout(
                 f"{self.subject} sent no response within {loop.time() - self._started:.1f} seconds "
-                f"(idle timeout {target.idle_timeout:g} s, {attempts})."
+                f"({self._budget_name} {self._first_byte_budget:g} s, {attempts})."
             ) from None
         except UpstreamError as exc:
             if exc.reason is None:

@@ -57,4 +57,5 @@ def upstream_target(upstream: HttpUpstream, settings: Settings, environ: Mapping
         learn_context_window=learn_context_window,
         max_output_bytes=upstream.max_output_bytes or settings.max_output_bytes,
         max_request_seconds=upstream.max_request_seconds or settings.max_request_seconds,
+        first_byte_timeout=upstream.first_byte_timeout,
     )

@@ -50,7 +50,7 @@ class ResponsesCall(HttpCall):
         backend.warn_left_out("tool kind", skipped, f"is not offered to upstream {target.name}")
         for kind in translated.dropped_items:  # foreign reasoning: routine after a switch of upstream
             backend.counts[f"request.{kind}_left_out"] += 1
-        super().__init__(backend, "/responses", translated.encode())
+        super().__init__(backend, "/responses", translated.encode(), inbound)
         self._backend = backend
         self._unsent: tuple[ResponsesRequest, UpstreamRequest] | None = (req, translated)
 

@@ -1,0 +1,88 @@
+"""Members' health (routing/health.py): cooling down with a growing backoff, half-open after it,
+and a full member's queue served fairly across callers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from codexgate.routing import health
+from codexgate.routing.health import HealthBoard, MemberHealth
+
+
+def test_a_failing_member_cools_down_longer_each_time_then_lets_one_request_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(health.time, "monotonic", lambda: now[0])
+    board = HealthBoard()
+    member = board.member("a")
+    assert board.can_take("a") and member.state == "usable"
+    board.failed(member, "upstream_unreachable")
+    assert member.state == "cooling" and not member.can_take() and board.cooldowns["a"] == 1
+    now[0] += health.COOLDOWN_FIRST
+    assert member.state == "probing" and member.can_take()  # half-open: one request may try
+    slot = member.take()
+    assert slot is not None and not member.can_take()  # the one trying is the only one
+    slot.release()
+    board.failed(member, "upstream_unreachable")
+    now[0] += health.COOLDOWN_FIRST
+    assert member.state == "cooling"  # twice as long the second time
+    now[0] += health.COOLDOWN_FIRST
+    member.succeeded()
+    assert member.state == "usable" and member.failures == 0
+
+
+async def test_a_full_members_freed_places_go_to_each_caller_in_turn() -> None:
+    member = MemberHealth("a", max_concurrent=2)  # queues up to 8
+    held, other = member.take(), member.take()
+    assert held is not None and other is not None and member.take() is None
+    served: list[str] = []
+
+    async def request(caller: str) -> None:
+        slot = await member.wait(caller, 10)
+        assert slot is not None
+        served.append(caller)
+        await asyncio.sleep(0)
+        slot.release()
+
+    # One key queues five requests before another key queues its one.
+    waiting = [asyncio.create_task(request("busy-key")) for _ in range(5)]
+    await asyncio.sleep(0)
+    waiting.append(asyncio.create_task(request("other-key")))
+    await asyncio.sleep(0)
+    assert member.queued == 6
+    held.release()
+    await asyncio.gather(*waiting)
+    assert served.index("other-key") == 1  # right after the first of the busy key's, not sixth
+    other.release()
+    assert member.in_flight == 0
+
+
+async def test_a_waiter_that_gives_up_passes_its_place_on() -> None:
+    member = MemberHealth("a", max_concurrent=1)
+    held = member.take()
+    assert held is not None
+    gone = asyncio.create_task(member.wait("x", 10))
+    await asyncio.sleep(0)
+    later = asyncio.create_task(member.wait("y", 10))
+    await asyncio.sleep(0)
+    gone.cancel()
+    held.release()
+    slot = await later
+    assert slot is not None and member.in_flight == 1
+    slot.release()
+    assert member.in_flight == 0
+    assert await member.wait("z", 0.01) is not None  # room again
+
+
+async def test_a_full_queue_or_a_long_wait_gives_no_place() -> None:
+    member = MemberHealth("a", max_concurrent=1)
+    assert member.take() is not None
+    assert await member.wait("x", 0.01) is None  # timed out
+    waiters = [asyncio.create_task(member.wait("x", 10)) for _ in range(health.QUEUE_PER_SLOT)]
+    await asyncio.sleep(0)
+    assert member.queue_full() and await member.wait("y", 10) is None
+    for waiter in waiters:
+        waiter.cancel()
