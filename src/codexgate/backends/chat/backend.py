@@ -100,7 +100,7 @@ class ChatCall(HttpCall):
             known, window = windows.remembered(self._upstream_model)
             if not known:
                 try:  # at most half the budget: a server deaf to probes may still answer chat
-                    async with asyncio.timeout(target.idle_timeout / 2):
+                    async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
                         window = await windows.get(self._upstream_model)
                 except TimeoutError:
                     window = None
