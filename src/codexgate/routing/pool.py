@@ -204,7 +204,8 @@ class PooledCall:
             self._call, self._slot = call, slot
             scope.current().answered_by = (pool.route, member.name)
             return
-        busy = Overloaded(f"Every upstream of route {pool.route!r} is busy; retry later.")
+        # A 503 before the first byte, with a Retry-After: Codex waits and retries it.
+        busy = Overloaded(f"Every upstream of route {pool.route!r} is busy; retry later.", retry_after=1)
         raise _CannotAnswer(error or busy)
 
     async def _place(self, pool: Pool, member: Member, *, first: bool) -> Slot | None:
