@@ -13,8 +13,8 @@ each, one thread each), sticky against round-robin in one run, and what a failov
    (empty caches) under a gateway whose route `coder` pools them: `sticky = true`, then
    `sticky = false` with `balance = "round_robin"`. Printed: the time to first token (first
    turns, whose prefill neither policy can skip, apart from the later ones), and the prompt
-   tokens each server evaluated (llama.cpp's /metrics: `prompt_tokens_total` minus
-   `prompt_tokens_cached_total`, the tokens it did not take from its cache).
+   tokens each server evaluated (llama.cpp's /metrics: `prompt_tokens_total`, the tokens it
+   read; those it took from its cache are `prompt_tokens_cached_total`, printed beside).
 2. Failover cost (tests/support/model_server.py stand-ins, a fresh gateway per trial): the extra
    first-token time of a conversation whose member is dead (connection refused) or hangs
    before its headers (`first_byte_timeout = 2`), over the same request to the live member.
@@ -138,7 +138,7 @@ def one_policy(procs: Processes, args: argparse.Namespace, policy: str) -> dict[
     after = {n: evaluated(r) for n, r in roots.items()}
     for proc in (gateway, *servers):
         procs.stop(proc)
-    prompt = {n: (after[n][0] - before[n][0]) - (after[n][1] - before[n][1]) for n in roots}
+    prompt = {n: (after[n][0] - before[n][0], after[n][1] - before[n][1]) for n in roots}
     return {"first": [t[0] for t in times], "later": [x for t in times for x in t[1:]], "prompt": prompt,
             "wall": wall}  # fmt: skip
 
@@ -160,8 +160,9 @@ def report_policies(results: dict[str, dict[str, Any]], args: argparse.Namespace
         sticky, rr = pct(results["sticky"][key], share), pct(results["round_robin"][key], share)
         print(f"{label:44}{sticky:14.2f}{rr:14.2f}{sticky / rr:8.2f}")
     for server in ("s1", "s2"):
-        s, r = results["sticky"]["prompt"][server], results["round_robin"]["prompt"][server]
+        (s, s_cached), (r, r_cached) = results["sticky"]["prompt"][server], results["round_robin"]["prompt"][server]
         print(f"{'prompt tokens evaluated, ' + server:44}{s:14d}{r:14d}{s / max(r, 1):8.2f}")
+        print(f"{'  (and taken from its cache)':44}{s_cached:14d}{r_cached:14d}")
     s, r = results["sticky"]["wall"], results["round_robin"]["wall"]
     print(f"{'whole run (s)':44}{s:14.1f}{r:14.1f}{s / r:8.2f}")
 

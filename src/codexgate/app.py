@@ -114,8 +114,10 @@ def _pool(
         upstream = upstreams[member.name]
         backend = router.backends[member.name]
         health = router.health.member(member.name, upstream.max_concurrent)
-        router.health.watch(member.name, _answers(backend))
         view = kinds[member.name].for_route(backend, model)
+        # Probed through the route's view: its listing is cached apart from /healthz's, so the
+        # probe after a failure does not read a listing from before it.
+        router.health.watch(member.name, _answers(view))
         model_id = member.model or model.model or model.name
         queue_timeout = upstream.idle_timeout or settings.idle_timeout
         members.append(Member(view, model_id, health, queue_timeout, position))
