@@ -160,7 +160,8 @@ def report_policies(results: dict[str, dict[str, Any]], args: argparse.Namespace
         sticky, rr = pct(results["sticky"][key], share), pct(results["round_robin"][key], share)
         print(f"{label:44}{sticky:14.2f}{rr:14.2f}{sticky / rr:8.2f}")
     for server in ("s1", "s2"):
-        (s, s_cached), (r, r_cached) = results["sticky"]["prompt"][server], results["round_robin"]["prompt"][server]
+        s, s_cached = results["sticky"]["prompt"][server]
+        r, r_cached = results["round_robin"]["prompt"][server]
         print(f"{'prompt tokens evaluated, ' + server:44}{s:14d}{r:14d}{s / max(r, 1):8.2f}")
         print(f"{'  (and taken from its cache)':44}{s_cached:14d}{r_cached:14d}")
     s, r = results["sticky"]["wall"], results["round_robin"]["wall"]
