@@ -43,7 +43,7 @@ from tests.support.llama_server import llama_command  # noqa: E402
 
 from codexgate.routing.choice import rendezvous  # noqa: E402
 
-TOKENS_PER_LINE = 22  # SmolLM2's tokens for one line of the generated code (measured)
+TOKENS_PER_LINE = 28  # SmolLM2's tokens for one line of the generated code (measured)
 
 
 def prefix(conversation: int, tokens: int) -> str:
@@ -92,7 +92,8 @@ async def first_token(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[
     first: float | None = None
     text: list[str] = []
     async with client.stream("POST", "/v1/responses", json=body) as response:
-        response.raise_for_status()
+        if response.status_code != 200:
+            raise RuntimeError(f"{response.status_code}: {(await response.aread()).decode()[:500]}")
         async for line in response.aiter_lines():
             if not line.startswith("data: "):
                 continue
@@ -120,7 +121,7 @@ async def conversation(client: httpx.AsyncClient, number: int, args: argparse.Na
 
 
 def one_policy(procs: Processes, args: argparse.Namespace, policy: str) -> dict[str, Any]:
-    context = args.parallel * (args.prefix_tokens + 200 * args.turns + 512)
+    context = args.parallel * (int(args.prefix_tokens * 1.3) + 300 * args.turns + 1024)  # per slot, with room
     servers = dict(start_llama(procs, f"llama-{i}", args.parallel, context) for i in (1, 2))
     roots = {f"s{i}": root for i, root in enumerate(servers.values(), 1)}
     route = '[[models]]\nname = "coder"\nupstreams = ["s1", "s2"]\nmodel = "m"\n'
