@@ -303,3 +303,20 @@ async def test_over_a_websocket_a_response_holds_its_slot_and_a_refusal_is_an_er
         refused["headers"]["retry-after"] == "1" and refused["headers"]["x-ratelimit-limit-requests"] == "100"
     )
     assert served[0]["type"] == "response.created"
+
+
+async def test_metrics_count_tokens_and_refusals_by_key(tmp_path: Path) -> None:
+    script = [ChatReply(text="a", usage=Usage(prompt_tokens=1200, completion_tokens=300, cached_tokens=1000))]
+    async with gateway(tmp_path, keys("requests_per_minute = 1"), script) as (http, _):
+        await http.post("/v1/responses", json=ask(), headers=as_(ALICE))
+        await http.post("/v1/responses", json=ask(), headers=as_(ALICE))
+        text = (await http.get("/metrics", headers=as_(ROOT))).text
+    for line in (
+        'codexgate_key_tokens_total{key="alice",kind="input"} 1200.0',
+        'codexgate_key_tokens_total{key="alice",kind="cached"} 1000.0',
+        'codexgate_key_tokens_total{key="alice",kind="output"} 300.0',
+        'codexgate_key_requests_total{key="alice",outcome="completed"} 1.0',
+        'codexgate_key_requests_total{key="alice",outcome="rate_limit_exceeded"} 1.0',
+        "codexgate_limits_store_up 1.0",
+    ):
+        assert line in text, line

@@ -27,15 +27,17 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from codexgate.config import ApiKeyConfig
 from codexgate.errors import GatewayError, ModelNotAllowed
 from codexgate.server.exchange import Exchange
 from codexgate.server.rate_limits import ANSWER_HEADERS, Headers, rate_headers, refusal_for, with_headers
-from codexgate.server.usage import Ledger
+from codexgate.server.usage import Ledger, utc_date
 from codexgate.store.base import StoreError
 from codexgate.store.meter import (
+    COUNT_FIELDS,
     Admit,
     KeyLimits,
     KeyState,
@@ -307,6 +309,24 @@ class Admission:
         except Exception:
             log.exception("a response's usage was not counted")
 
+    async def day(self, viewer: str | None) -> list[dict[str, Any]]:
+        """Today's (UTC) spend and limits of `viewer`'s key, or of every key for an admin or a
+        gateway without keys (the live view). Empty when the store does not answer."""
+        today = utc_date(self.clock())
+        who = None if self.is_admin(viewer) else (viewer or "")
+        try:
+            await self.ledger.write()
+            rows = await self.meter.usage(who, today, today)
+        except (StoreError, GatewayError):
+            return []
+        names = [who] if who is not None else list(self.policies)
+        days = {name: _day(name, self.policies.get(name)) for name in names}
+        for row in rows:
+            day = days.setdefault(row.key, _day(row.key, self.policies.get(row.key)))
+            for name, count in zip(COUNT_FIELDS, row.counts(), strict=True):
+                day[name] += count
+        return sorted(days.values(), key=lambda d: str(d["key"]))
+
     def is_admin(self, caller: str | None) -> bool:
         """May `caller` read every key's usage: an admin key, or anyone when there are no keys."""
         policy = self.policies.get(caller or "")
@@ -317,3 +337,9 @@ class Admission:
         if self._renewer is not None:
             self._renewer.cancel()
         await self.ledger.close()
+
+
+def _day(key: str, policy: KeyPolicy | None) -> dict[str, Any]:
+    limits = asdict(policy.limits) if policy is not None else {}
+    return {"key": key, **dict.fromkeys(COUNT_FIELDS, 0),
+            "limits": {name: n for name, n in limits.items() if n is not None}}  # fmt: skip
