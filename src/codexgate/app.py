@@ -321,6 +321,7 @@ def admission_for(settings: Settings, router: Router[Backend], state: ResponseSt
         route_of=router.route_name,
         ready=state.ready,
         shared=state.store is not None,
+        where=state.store.name if state.store is not None else "",
         keep_days=settings.usage_max_age_days,
     )
     admission.configure(settings.api_keys)

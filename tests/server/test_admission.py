@@ -320,3 +320,19 @@ async def test_metrics_count_tokens_and_refusals_by_key(tmp_path: Path) -> None:
         "codexgate_limits_store_up 1.0",
     ):
         assert line in text, line
+
+
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        ("sqlite", "each key's limits are counted in the sqlite store, for every process using it"),
+        ("none", 'store = "none": each key\'s limits are counted in this process alone'),
+    ],
+)
+async def test_the_start_says_where_limits_are_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, store: str, said: str
+) -> None:
+    async with gateway(tmp_path, keys("requests_per_minute = 5"), store=store) as (_, app):
+        with caplog.at_level(logging.INFO, "codexgate.admission"):
+            await app.admission.start()
+    assert [r.getMessage() for r in caplog.records if said in r.getMessage()]

@@ -112,6 +112,7 @@ class Admission:
         ready: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.time,
         shared: bool = True,
+        where: str = "",
         keep_days: int = 400,
     ) -> None:
         self.meter = meter
@@ -119,6 +120,7 @@ class Admission:
         self.route_of = route_of
         self.clock = clock
         self.shared = shared  # False: the meter is this process's (store = "none")
+        self.where = where  # which store, for the log
         self.policies: dict[str, KeyPolicy] = {}
         self._tickets: dict[str, Ticket] = {}  # the ticket of each key without limits
         self._ready = ready
@@ -152,8 +154,10 @@ class Admission:
         return any(policy.counted for policy in self.policies.values())
 
     async def start(self) -> None:
-        """Open the meter (the store is open). Says when limits count per process only."""
+        """Open the meter (the store is open). Says where the limits are counted."""
         await self._open()
+        if self.counting and self.shared:
+            log.info("each key's limits are counted in the %s store, for every process using it", self.where)
         if self.counting and not self.shared:
             log.warning(
                 'store = "none": each key\'s limits are counted in this process alone (with '
