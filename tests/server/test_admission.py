@@ -262,7 +262,7 @@ async def test_leases_are_renewed_while_a_response_streams(
         app.admission.meter = Watched()
         await asyncio.gather(*(http.post("/v1/responses", json=ask(), headers=as_(ALICE)) for _ in range(2)))
         assert not app.admission._held
-    assert renewed and {len(leases) for leases in renewed} <= {1, 2} and len(renewed[0]) == 2
+    assert renewed and max(len(leases) for leases in renewed) == 2  # both, while both stream
 
 
 async def test_over_a_websocket_a_response_holds_its_slot_and_a_refusal_is_an_error_frame(

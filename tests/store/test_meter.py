@@ -45,12 +45,17 @@ async def new_meter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     backend = backend_for(request.param, request, tmp_path)
 
+    meters: list[Meter] = []
+
     async def make() -> Meter:
         meter = meter_of(await backend.open())
         await meter.open()
+        meters.append(meter)
         return meter
 
     yield make
+    for made in meters:
+        await made.close()
     for store in backend.made:
         await store.close()
 
@@ -154,3 +159,34 @@ async def test_names_with_separators_survive_the_ledger(meter: Meter) -> None:
     odd = UsageRow("a b:c", "2026-03-01", "m/o del%20", "up stream", 1, 2, 0, 3, 0)
     await meter.charge([], [odd])
     assert await meter.usage("a b:c", "2026-03-01", "2026-03-01") == [odd]
+
+
+async def test_sqlite_admits_without_waiting_on_the_loop_when_another_writer_holds_the_file(tmp_path: Path) -> None:
+    """The event loop's connection takes the lock only when it is free at once; held by another
+    process, the admission waits on the writer thread while the loop goes on."""
+    import sqlite3
+
+    from codexgate.store.base import Retention
+    from codexgate.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.sqlite3", Retention())
+    await store.open()
+    meter = meter_of(store)
+    await meter.open()
+    other = sqlite3.connect(tmp_path / "s.sqlite3", isolation_level=None)
+    try:
+        limits = KeyLimits(requests_per_minute=5)
+        assert (await meter.admit(ask(limits))).minute_requests == 1  # the lock was free: at once
+        other.execute("BEGIN IMMEDIATE")  # another process writing
+        waiting = asyncio.ensure_future(meter.admit(ask(limits)))
+        ticks = 0
+        while ticks < 20:  # the loop runs on meanwhile
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert not waiting.done()
+        other.execute("COMMIT")
+        assert (await asyncio.wait_for(waiting, 5)).minute_requests == 2
+    finally:
+        other.close()
+        await meter.close()
+        await store.close()

@@ -337,10 +337,11 @@ class Admission:
         return caller is None or (policy is not None and policy.admin)
 
     async def close(self) -> None:
-        """Write the usage not yet written (the gateway is stopping)."""
+        """Write the usage not yet written, and let the meter go (the gateway is stopping)."""
         if self._renewer is not None:
             self._renewer.cancel()
         await self.ledger.close()
+        await self.meter.close()
 
 
 def _day(key: str, policy: KeyPolicy | None) -> dict[str, Any]:

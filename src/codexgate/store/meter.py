@@ -194,6 +194,10 @@ class Meter(Protocol):
         """Create what the meter keeps, once the store is open."""
         ...
 
+    async def close(self) -> None:
+        """Let go of what `open` took (before the store closes)."""
+        ...
+
     async def admit(self, ask: Admit) -> Verdict:
         """Decide `ask` by `decide`, atomically: no two admissions of a key, in any process,
         read the same counters. One round trip to the store."""
@@ -231,6 +235,9 @@ class MemoryMeter:
     ledger: dict[tuple[str, str, str, str], UsageRow] = field(default_factory=dict)
 
     async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
         return None
 
     async def admit(self, ask: Admit) -> Verdict:

@@ -109,6 +109,9 @@ class RedisMeter:
         self._admit = db.register_script(_ADMIT)
         self._charge = db.register_script(_CHARGE)
 
+    async def close(self) -> None:
+        return None
+
     async def admit(self, ask: Admit) -> Verdict:
         limits = ask.limits
         args = [

@@ -65,7 +65,10 @@ async def _read(settings: Settings, key: str | None, start: str, end: str) -> li
         try:
             meter = meter_of(store)
             await meter.open()
-            return await meter.usage(key, start, end)
+            try:
+                return await meter.usage(key, start, end)
+            finally:
+                await meter.close()
         finally:
             await store.close()
     except StoreError as exc:
