@@ -109,15 +109,7 @@ class Metrics(Observer):
             "from the upstream's cache), reasoning (part of output).",
             ("backend", "model", "kind"), registry=registry,
         )  # fmt: skip
-        self.key_tokens = Counter(
-            "codexgate_key_tokens", "Tokens by API key name, from the answers' usage (kinds as "
-            "codexgate_tokens).", ("key", "kind"), registry=registry,
-        )  # fmt: skip
-        self.key_requests = Counter(
-            "codexgate_key_requests", "Requests by API key name and outcome (rate_limit_exceeded, "
-            "insufficient_quota, model_not_allowed: refused by the key's limits).",
-            ("key", "outcome"), registry=registry,
-        )  # fmt: skip
+        self.key_tokens, self.key_requests = _key_counters(registry)
         self.tool_calls = Counter(
             "codexgate_tool_calls", "Tool calls in the answers, by kind (item type) and the outcome of "
             "the response that carried them.",
@@ -216,6 +208,20 @@ class Metrics(Observer):
             await send({"type": "http.response.body", "body": body})
 
         return metrics_route
+
+
+def _key_counters(registry: CollectorRegistry) -> tuple[Counter, Counter]:
+    """Tokens and requests by API key name (server/admission.py limits what each key spends)."""
+    tokens = Counter(
+        "codexgate_key_tokens", "Tokens by API key name, from the answers' usage (kinds as "
+        "codexgate_tokens).", ("key", "kind"), registry=registry,
+    )  # fmt: skip
+    requests = Counter(
+        "codexgate_key_requests", "Requests by API key name and outcome (rate_limit_exceeded, "
+        "insufficient_quota, model_not_allowed: refused by the key's limits).",
+        ("key", "outcome"), registry=registry,
+    )  # fmt: skip
+    return tokens, requests
 
 
 def _child(cache: dict[tuple[str, ...], _C], metric: Any, labels: tuple[str, ...]) -> _C:
