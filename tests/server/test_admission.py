@@ -336,3 +336,11 @@ async def test_the_start_says_where_limits_are_counted(
         with caplog.at_level(logging.INFO, "codexgate.admission"):
             await app.admission.start()
     assert [r.getMessage() for r in caplog.records if said in r.getMessage()]
+
+
+async def test_a_key_with_models_lists_only_those(tmp_path: Path) -> None:
+    async with gateway(tmp_path, keys('models = ["coder"]')) as (http, _):
+        alice = (await http.get("/v1/models", headers=as_(ALICE))).json()
+        bob = (await http.get("/v1/models", headers=as_(BOB))).json()
+    assert [m["id"] for m in alice["data"]] == ["coder", "qc"]  # the route and its alias
+    assert [m["id"] for m in bob["data"]] == ["coder", "qc", "other"]

@@ -205,6 +205,11 @@ class Admission:
             self._hold(lease, key, local)
         return Ticket(key, lease, local, headers)
 
+    def may_use(self, caller: str | None, model: str) -> bool:
+        """Whether `caller`'s key may use `model` (its `models`; every model without them)."""
+        policy = self.policies.get(caller or "")
+        return policy is None or policy.models is None or self._may_use(policy.models, model)
+
     def _may_use(self, models: frozenset[str], model: str) -> bool:
         """Whether `model` is one of `models`, by its name or by the route it is an alias of."""
         return model in models or self.route_of(model) in models
@@ -291,10 +296,12 @@ class Admission:
                 until = self.clock() + LEASE_SECONDS
                 held = list(self._held.items())
                 await self.fallback.renew([(key, lease) for lease, (key, local) in held if local], until)
+                stored = [(key, lease) for lease, (key, local) in held if not local]
                 try:
-                    await self.meter.renew([(key, lease) for lease, (key, local) in held if not local], until)
-                except StoreError as exc:
-                    log.warning("leases not renewed: %s", exc)
+                    async with asyncio.timeout(STORE_TIMEOUT):
+                        await self.meter.renew(stored, until)
+                except Exception as exc:  # the store is down: the slots free themselves (LEASE_SECONDS)
+                    log.warning("leases not renewed: %s", exc or "no answer")
         finally:
             self._renewer = None
 

@@ -353,7 +353,11 @@ class GatewayApp:
         await send_json(send, status, health if details else {"status": health["status"]})
 
     async def _models_route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, await self._models())  # raises GatewayError: answered as one
+        listed = await self._models()  # raises GatewayError: answered as one
+        caller = scope.get(API_KEY_NAME)
+        # A key with `models` sees those only.
+        listed["data"] = [m for m in listed["data"] if self.admission.may_use(caller, m["id"])]
+        await send_json(send, 200, listed)
 
     async def _health(self) -> tuple[int, dict[str, Any]]:
         """Each upstream's reachability (its `/models`, asked at most every few seconds), what
