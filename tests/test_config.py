@@ -412,3 +412,33 @@ def test_the_single_upstream_flag_is_a_chat_upstream() -> None:
     settings = load_settings({"upstream": "http://a/v1"}, environ={})
     [upstream] = settings.all_upstreams()
     assert isinstance(upstream, ChatUpstream) and upstream.name == "default"
+
+
+KEY = '[[api_keys]]\nname = "alice"\nkey_env = "ALICE_KEY"\n'
+ROUTE = '[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:8000/v1"\n[[models]]\nname = "coder"\naliases = ["qc"]\n'
+
+
+def test_a_key_takes_its_limits_by_their_names(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    limits = "requests_per_minute = 60\ntokens_per_minute = 200000\nmax_concurrent = 4\ntokens_per_day = 5000000\n"
+    config.write_text(ROUTE + KEY + limits + 'models = ["coder", "qc"]\nadmin = true\n')
+    key = load_settings({}, config, environ={}).api_keys[0]
+    assert (key.requests_per_minute, key.tokens_per_minute, key.max_concurrent, key.tokens_per_day) == (
+        60, 200000, 4, 5000000,
+    )  # fmt: skip
+    assert key.models == ["coder", "qc"] and key.admin and key.limited
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("requests_per_minute = 0", "api_keys[0].requests_per_minute = 0 (api key 'alice', in "),
+        ("max_concurrent = -1", "api_keys[0].max_concurrent = -1"),
+        ("tokens_per_day = 10000000000000000", "less than or equal to 1000000000000000"),
+        ("models = []", "api_keys[0].models"),
+        ('models = ["coderr"]', "key 'alice' names model 'coderr', which is not routed; the models are: coder, qc"),
+        ("requests_per_mintue = 5", "did you mean 'requests_per_minute'?"),
+    ],
+)
+def test_a_key_s_wrong_limit_is_named(tmp_path: Path, line: str, said: str) -> None:
+    assert said in config_error(tmp_path / "c.toml", ROUTE + KEY + line + "\n")

@@ -41,6 +41,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "commands.codex_setup", "commands.codex_needs", "app", "backends", "config", "server", *_CORE,
     ),  # fmt: skip
     "commands.replay": ("commands.replay", "app", "observability", "server", "backends", "config", *_CORE),
+    "commands.usage": ("commands.usage", "app", "store", "config", *_CORE),
     "commands": ("commands.codex_needs",),
 }
 

@@ -30,6 +30,7 @@ from codexgate.observability.recorder import Recorder
 from codexgate.redact import Redactor, install_log_redaction, url_secrets
 from codexgate.routing.pool import Member, Pool
 from codexgate.routing.router import Router
+from codexgate.server.admission import Admission
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.delivery import Face
@@ -39,7 +40,7 @@ from codexgate.server.guard import AccessPolicy, Guard
 from codexgate.server.state import ResponseState
 from codexgate.server.websocket import SocketLimits
 from codexgate.server.workers import worker_id
-from codexgate.store import open_store
+from codexgate.store import meter_of, open_store
 from codexgate.store.base import Retention, Store
 
 if TYPE_CHECKING:
@@ -336,6 +337,9 @@ def build_app(
     once = OnceLog()
     building = Building(settings, environ, transport, once)
     router = build_router(building)
+    state = ResponseState(response_store(settings))
+    admission = admission_for(settings, router, state)
+    guard.on_reload.append(admission.configure)
     finder, on_startup, on_shutdown = _lifespan(router, building, redactor)
     if recorder is not None:
         on_startup, on_shutdown = recorder.lifespan(on_startup, on_shutdown)
@@ -353,8 +357,9 @@ def build_app(
         redactor=redactor,
         body_timeout=settings.body_timeout,
         faces=faces(building),
-        state=ResponseState(response_store(settings)),
+        state=state,
         socket_limits=socket_limits(settings),
+        admission=admission,
     )
     _observe(gateway, settings, recorder, tracing)
     return gateway
@@ -368,6 +373,21 @@ def faces(building: Building) -> dict[str, Face]:
         "/responses/compact": CompactFace(),
         "/chat/completions": ChatFace(),
     }
+
+
+def admission_for(settings: Settings, router: Router[Backend], state: ResponseState) -> Admission:
+    """What each API key may spend, counted where the store is (in the process without one)."""
+    admission = Admission(
+        meter_of(state.store),
+        window=settings.rate_window_seconds,
+        route_of=router.route_name,
+        ready=state.ready,
+        shared=state.store is not None,
+        where=state.store.name if state.store is not None else "",
+        keep_days=settings.usage_max_age_days,
+    )
+    admission.configure(settings.api_keys)
+    return admission
 
 
 def socket_limits(settings: Settings) -> SocketLimits:

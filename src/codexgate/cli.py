@@ -90,6 +90,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return run_doctor(args)
 
 
+def _usage(args: argparse.Namespace) -> int:
+    from codexgate.commands.usage.command import run_usage
+
+    return run_usage(_settings_from(args), args)
+
+
 def _replay(args: argparse.Namespace) -> int:
     from codexgate.commands.replay.command import main as replay
 
@@ -106,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_codex_setup(commands)
     _add_doctor(commands)
     _add_replay(commands)
+    _add_usage(commands)
     return parser
 
 
@@ -264,6 +271,27 @@ def _add_replay(commands: Commands) -> None:
         help="also write a pytest file replaying the recording (copied to tests/fixtures/recordings/)",
     )
     replay.set_defaults(run=_replay)
+
+
+def _add_usage(commands: Commands) -> None:
+    usage = commands.add_parser(
+        "usage",
+        help="print each key's usage from the store",
+        description=(
+            "Print the usage ledger the gateway keeps in its store: per API key, UTC day, route and "
+            "upstream, the requests answered and their tokens (input, cached, output, reasoning), with a "
+            "total. Reads the store as `serve` does (--config, --store, --store-path, --store-url)."
+        ),
+    )
+    add_config_flag(usage)
+    add_setting_flags(usage, ("store", "store_path", "store_url"))
+    usage.add_argument("--key", metavar="NAME", help="one key's rows (default: every key's)")
+    usage.add_argument(
+        "--start-date", metavar="YYYY-MM-DD", help="the first day, UTC (default: 29 days before the end)"
+    )
+    usage.add_argument("--end-date", metavar="YYYY-MM-DD", help="the last day, UTC (default: today)")
+    usage.add_argument("--json", action="store_true", help="the rows as JSON, as GET /v1/usage answers")
+    usage.set_defaults(run=_usage)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

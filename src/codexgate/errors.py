@@ -20,6 +20,7 @@ class Code:
     INVALID_PROMPT = "invalid_prompt"  # Codex: final
     INVALID_REQUEST = "invalid_request_error"
     MODEL_NOT_FOUND = "model_not_found"
+    MODEL_NOT_ALLOWED = "model_not_allowed"  # the caller's API key may not use that model
     UPSTREAM_AUTH = "upstream_authentication_failed"
     UPSTREAM_WRONG_URL = "upstream_wrong_url"  # Codex: final (a 400), shows the message at once
     UPSTREAM_UNREACHABLE = "upstream_unreachable"  # retried by Codex
@@ -192,6 +193,19 @@ class UpstreamWrongURL(UpstreamError, status=400, error_type=_CLIENT_SIDE, code=
 
 class ModelOutputLoop(UpstreamError, code=Code.MODEL_OUTPUT_LOOP):
     """The gateway stopped a generation stuck repeating one piece of text."""
+
+
+class KeyLimitReached(GatewayError, status=429, error_type="rate_limit_error", code=Code.RATE_LIMIT_EXCEEDED):
+    """The caller's API key is past its requests_per_minute, tokens_per_minute or max_concurrent
+    (server/admission.py); `retry_after` says when to try again. Codex retries it."""
+
+
+class KeyBudgetSpent(GatewayError, status=429, error_type="insufficient_quota", code=Code.INSUFFICIENT_QUOTA):
+    """The caller's API key spent its tokens_per_day; it renews at 00:00 UTC."""
+
+
+class ModelNotAllowed(GatewayError, status=403, error_type="permission_error", code=Code.MODEL_NOT_ALLOWED):
+    """The caller's API key may not use the model it named (its `models`)."""
 
 
 def failed_answer(error: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:

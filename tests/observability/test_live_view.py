@@ -134,6 +134,34 @@ def sse_events(text: str) -> list[tuple[str, Any]]:
 # -- the state and the stream
 
 
+async def test_each_key_sees_its_day_and_an_admin_every_key_s() -> None:
+    limits = {"name": "alice", "key_env": "ALICE", "tokens_per_day": 100_000, "requests_per_minute": 60}
+    keys = [limits, {"name": "bob", "key_env": "BOB", "admin": True}]
+    async with arun_asgi_server(FakeUpstream(lambda body: text_reply("hi"))) as fake_url:
+        flags = {"upstream": fake_url + "/v1", "discover": False, "store": "none", "api_keys": keys}
+        environ = {"ALICE": ALICE, "BOB": BOB}
+        app = build_app(load_settings(flags, environ=environ), environ=environ)
+        view = next(o for o in app.observers.all if isinstance(o, LiveView))
+        view.keys_seconds = 0.05
+        async with arun_asgi_server(app, lifespan="on") as url, httpx.AsyncClient(base_url=url) as client:
+            alice, bob = {"authorization": f"Bearer {ALICE}"}, {"authorization": f"Bearer {BOB}"}
+            async with client.stream("GET", "/ui/events", headers=alice) as events:
+                lines = events.aiter_lines()
+                assert (await anext(lines)).startswith("event: state")
+                answered = await client.post("/v1/responses", json={"model": "m", "input": "x"}, headers=alice)
+                assert answered.status_code == 200
+                async with asyncio.timeout(DEADLINE):
+                    while await anext(lines) != "event: keys":
+                        pass
+                    keys_event = orjson.loads((await anext(lines)).removeprefix("data: "))
+            own = (await client.get("/ui/state", headers=alice)).json()["keys"]
+            every = (await client.get("/ui/state", headers=bob)).json()["keys"]
+    assert [(k["key"], k["requests"]) for k in keys_event["keys"]] == [("alice", 1)]
+    assert own == keys_event["keys"] and own[0]["input_tokens"] > 0
+    assert own[0]["limits"] == {"requests_per_minute": 60, "tokens_per_day": 100_000}
+    assert [(k["key"], k["requests"], k["limits"]) for k in every] == [("alice", 1, own[0]["limits"]), ("bob", 0, {})]
+
+
 async def test_state_shows_turns_their_tool_calls_and_the_results_the_next_request_carried() -> None:
     async with gateway() as (url, _, view), httpx.AsyncClient(base_url=url) as client:
         first = await client.post("/v1/responses", json=first_request())
@@ -369,6 +397,7 @@ async def test_the_page_shows_turns_tool_calls_and_errors_as_they_happen(tmp_pat
         gateway(KEYS) as (url, _, _view),
         httpx.AsyncClient(base_url=url, headers=alice, timeout=DEADLINE) as client,
     ):
+        _view.keys_seconds = 0.1
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
             try:
@@ -394,6 +423,9 @@ async def test_the_page_shows_turns_tool_calls_and_errors_as_they_happen(tmp_pat
                 await expect(row).to_contain_text("shell")
                 call = call_of(first.text)
                 await expect(page.locator("#turns .turn.st-live")).to_have_count(0)
+                await expect(page.locator("#keys .key")).to_have_count(1)  # alice's own day only
+                await expect(page.locator("#keys .key")).to_contain_text("alice")
+                await expect(page.locator("#keys .key")).to_contain_text("1 req")
 
                 answering = asyncio.create_task(client.post("/v1/responses", json=second_request(call)))
                 await expect(page.locator("#turns .turn.st-live")).to_contain_text("streaming")

@@ -59,15 +59,19 @@ class Tree:
 
 
 @contextmanager
-def serve_workers(upstream: str, store: Path) -> Iterator[tuple[str, Tree]]:
+def serve_workers(
+    upstream: str, store: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Tree]]:
+    """`serve --workers 2` (and `args`, with `env` added to the environment) on the SQLite store
+    at `store`."""
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "log"
-        env = {**os.environ, "CODEXGATE_STORE_PATH": str(store), "PYTHONUNBUFFERED": "1"}
+        environ = {**os.environ, "CODEXGATE_STORE_PATH": str(store), "PYTHONUNBUFFERED": "1", **(env or {})}
         command = [sys.executable, "-m", "codexgate.cli", "serve", "--port", "0", "--workers", "2"]
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [*command, "--no-discover", "--upstream", upstream],
-                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                [*command, "--no-discover", "--upstream", upstream, *args],
+                env=environ, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
             )  # fmt: skip
         tree = Tree(process, log)
         try:
@@ -167,3 +171,26 @@ def test_an_address_that_is_not_this_machine_s_says_so() -> None:
     with pytest.raises(ConfigError, match="192.0.2.1 is not an address of this machine; give one with --host"):
         check_address("192.0.2.1", 8787)
     check_address("127.0.0.1", 0)  # any free port: nothing to check
+
+
+def test_two_workers_on_the_sqlite_store_admit_exactly_a_keys_requests_per_minute(tmp_path: Path) -> None:
+    """One key's requests_per_minute counted in the SQLite file both workers share: of a burst
+    spread over the workers, exactly the limit is admitted, and the usage both wrote adds up."""
+    from tests.support import key_limits as k
+
+    config = k.limits_config(tmp_path, alice={"requests_per_minute": 6})
+    with run_asgi_server(FakeUpstream(k.answer_with_usage)) as upstream:
+        args = ("--config", str(config))
+        with serve_workers(upstream + "/v1", tmp_path / "store.db", *args, env=k.KEY_ENV) as (base, tree):
+            k.fresh_window(k.WINDOW, k.BURST_SECONDS)
+            statuses = k.burst([base], 24, k.ALICE)
+            assert sorted(statuses) == [200] * 6 + [429] * 18
+            assert _served_by(tree) == {"1", "2"}, "both workers admitted or refused some"
+            rows = k.usage_of(base, k.BOB, "?key=alice")  # each worker writes its usage within a second
+            deadline = time.monotonic() + BOUND
+            while (not rows or rows[0]["requests"] < 6) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                rows = k.usage_of(base, k.BOB, "?key=alice")
+    assert [(r["requests"], r["input_tokens"], r["output_tokens"]) for r in rows] == [
+        (6, 6 * k.USAGE.prompt_tokens, 6 * k.USAGE.completion_tokens)
+    ]

@@ -71,7 +71,11 @@ class Backend:
 
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
 def backend_kind(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    kind: str = request.param
+    return backend_for(request.param, request, tmp_path)
+
+
+def backend_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Store instances of `kind` on storage of this test's own (its server started on first use)."""
     if kind == "sqlite":
         path = tmp_path / "data" / "store.sqlite3"
         return Backend(kind, lambda retention: SqliteStore(path, retention))

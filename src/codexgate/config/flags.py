@@ -63,6 +63,11 @@ _GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
          "HOSTS"),
         ("cors_origins", "browser origins allowed to call the gateway, comma-separated", "ORIGINS"),
     ]),
+    ("what keys may spend ([[api_keys]] in the --config file; docs/configuration.md)", [
+        ("usage_max_age_days", "days of per-key usage kept (GET /v1/usage, codexgate usage)", "DAYS"),
+        ("rate_window_seconds", "the window of requests_per_minute and tokens_per_minute; 60 but in "
+         "tests", "SECONDS"),
+    ]),
     ("connection limits", [
         ("header_timeout", "seconds to receive a request's head (408 after)", "SECONDS"),
         ("body_timeout", "seconds to receive a request's body (408 after)", "SECONDS"),

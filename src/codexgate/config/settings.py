@@ -99,11 +99,34 @@ class ModelConfig(Strict):
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
+# Bounds of a key's limits: far above any real use, so that a value past them is a mistake.
+_MAX_RATE = 1_000_000_000
+_MAX_TOKENS = 10**15
+
+
 class ApiKeyConfig(Strict):
-    """An inbound API key: the secret is read from `key_env`, never from the file."""
+    """An inbound API key: the secret is read from `key_env`, never from the file; what the key
+    may spend (server/admission.py; docs/configuration.md "Keys and their limits"). A limit left
+    out (None) does not apply."""
 
     name: str
     key_env: str
+    requests_per_minute: int | None = Field(default=None, gt=0, le=_MAX_RATE)
+    # input + output tokens, counted when each answer's usage is known
+    tokens_per_minute: int | None = Field(default=None, gt=0, le=_MAX_TOKENS)
+    max_concurrent: int | None = Field(default=None, gt=0, le=1_000_000)  # responses in flight
+    tokens_per_day: int | None = Field(default=None, gt=0, le=_MAX_TOKENS)  # a budget; 00:00 UTC
+    models: list[str] | None = Field(default=None, min_length=1)  # the routes it may use; None: all
+    admin: bool = False  # may read every key's usage (GET /v1/usage?key=NAME)
+
+    @property
+    def limited(self) -> bool:
+        """Whether admission counts anything for this key (a store round trip per request)."""
+        return any(
+            limit is not None
+            for limit in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent,
+                          self.tokens_per_day)
+        )  # fmt: skip
 
 
 class Settings(Strict):
@@ -145,6 +168,11 @@ class Settings(Strict):
     store_url: str | None = None
     store_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
     store_max_mb: int = Field(default=1024, gt=0, le=1024**3)
+    # The usage ledger (GET /v1/usage, `codexgate usage`): days kept, per key, route and upstream.
+    usage_max_age_days: int = Field(default=400, gt=0, le=36_500)
+    # The "minute" of requests_per_minute and tokens_per_minute, in seconds: 60 but in tests,
+    # which shorten it rather than wait a minute.
+    rate_window_seconds: float = Field(default=60.0, ge=0.5, le=60.0)
     # The transcript recorder (observability/recorder.py; docs/operations.md "Transcripts"): off unless
     # record_dir is set; then each turn is one JSON file there, secrets masked, kept at most
     # record_max_age_days and record_max_mb (the oldest go first).
@@ -221,6 +249,7 @@ class Settings(Strict):
                 raise SettingError(where, f"upstream names must be unique: {name!r} is used twice")
         listed = ", ".join(names) or "none"
         routes = {name for model in self.models for name in (model.name, *model.aliases)}
+        self._check_key_models()
         for i, model in enumerate(self.models):
             members = model.members()
             if not members and len(names) != 1:
@@ -242,6 +271,20 @@ class Settings(Strict):
                         f"model {model.name!r} falls back to unknown route {fallback!r}",
                     )
         return self
+
+    def _check_key_models(self) -> None:
+        """A key's `models` must name routes (or their aliases) once routes are configured."""
+        if not self.models:
+            return  # one upstream, names passed through: any name may be a model
+        known = {name for model in self.models for name in (model.name, *model.aliases)}
+        for i, key in enumerate(self.api_keys):
+            for j, name in enumerate(key.models or ()):
+                if name not in known:
+                    raise SettingError(
+                        ("api_keys", i, "models", j),
+                        f"key {key.name!r} names model {name!r}, which is not routed; the models are: "
+                        + ", ".join(sorted(known)),
+                    )
 
     def all_upstreams(self) -> list[UpstreamConfig]:
         """The configured upstreams, with `--upstream` as one named "default"."""

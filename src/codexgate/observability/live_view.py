@@ -6,14 +6,17 @@ they stream, with their tool calls and results, errors, repairs, latency and tok
 
 - `GET /ui`: the page, one static file with no data in it; the guard serves it without a key
   (a browser navigating cannot send one), and the page asks for the key to fetch the rest.
-- `GET /ui/state`: the turns and the upstreams' repair counters, as JSON.
+- `GET /ui/state`: the turns, the upstreams' repair counters and each key's day (its spend
+  today, UTC, and its limits), as JSON.
 - `GET /ui/events`: Server-Sent Events: a `state` snapshot first, then `started`, `updated`
-  (coalesced: at most one per turn every `flush_seconds`) and `finished` for each turn, and
+  (coalesced: at most one per turn every `flush_seconds`) and `finished` for each turn,
+  `keys` (each key's day, read from the store every `keys_seconds` while it changes), and
   `resync` (a fresh snapshot) when a slow browser fell `queue_limit` messages behind.
 
-Each API key sees the turns made with it (as stored responses are owned by their key); without
-keys, every turn. The stream's events are looked at only while a browser that may see the
-turn is watching (`wants_batches`); otherwise a turn costs the view its start and its end.
+Each API key sees the turns made with it (as stored responses are owned by their key), and its
+own day (an admin key, every key's); without keys, everything. The stream's events are looked
+at only while a browser that may see the turn is watching (`wants_batches`); otherwise a turn
+costs the view its start and its end.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import re
 import time
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +50,8 @@ if TYPE_CHECKING:
     from codexgate.server.app import GatewayApp
 
 Handler = App
+
+log = logging.getLogger("codexgate.live_view")
 
 PAGE_PATH = "/ui"  # the one path the guard serves without a key (server/guard.py)
 _NO_STORE = (b"cache-control", b"no-store")
@@ -92,13 +99,18 @@ class LiveView(Observer):
         flush_seconds: float = 0.1,
         queue_limit: int = 256,
         heartbeat_seconds: float = 15.0,
+        days: Callable[[str | None], Awaitable[list[dict[str, Any]]]] | None = None,
+        keys_seconds: float = 5.0,
     ) -> None:
+        """`days`: each key's day as a viewer may see it (server/admission.py `Admission.day`)."""
         self.router = router
         self.redactor = redactor or Redactor()
         self.capacity = capacity
         self.flush_seconds = flush_seconds
         self.queue_limit = queue_limit
         self.heartbeat_seconds = heartbeat_seconds
+        self.days = days
+        self.keys_seconds = keys_seconds
         self.turns: OrderedDict[int, Turn] = OrderedDict()  # by number, oldest first
         self._numbers = 0
         self._running: dict[int, Turn] = {}  # by id() of the exchange, while it runs
@@ -254,16 +266,38 @@ class LiveView(Observer):
         await send({"type": "http.response.body", "body": body})
 
     async def _state_route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, self.snapshot(scope.get(API_KEY_NAME)), [_NO_STORE])
+        viewer = scope.get(API_KEY_NAME)
+        keys = await self._days(viewer)
+        await send_json(send, 200, {**self.snapshot(viewer), "keys": keys}, [_NO_STORE])
+
+    async def _days(self, viewer: str | None) -> list[dict[str, Any]]:
+        return await self.days(viewer) if self.days is not None else []
+
+    async def _feed_days(
+        self, viewer: str | None, subscriber: _Subscriber, shown: list[dict[str, Any]]
+    ) -> None:
+        """Each key's day, read every `keys_seconds` and sent when it changed."""
+        while not subscriber.closed:
+            await asyncio.sleep(self.keys_seconds)
+            try:
+                keys = await self._days(viewer)
+            except Exception:  # the view goes on without it
+                log.exception("each key's day could not be read for the live view")
+                continue
+            if keys != shown:
+                shown = keys
+                subscriber.offer(_sse("keys", {"keys": keys}))
 
     async def _events_route(self, scope: Scope, receive: Receive, send: Send) -> None:
         viewer = scope.get(API_KEY_NAME)
         subscriber = _Subscriber(viewer, self.queue_limit)
+        keys = await self._days(viewer)
         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, _NO_STORE]})
         # Subscribed and snapshotted in one step of the loop: nothing falls between the two.
         self._subscribers.add(subscriber)
-        first = _sse("state", self.snapshot(viewer))
+        first = _sse("state", {**self.snapshot(viewer), "keys": keys})
         watcher = asyncio.ensure_future(_close_on_disconnect(receive, subscriber))
+        feed = asyncio.ensure_future(self._feed_days(viewer, subscriber, keys))
         try:
             await send({"type": "http.response.body", "body": first, "more_body": True})
             while not subscriber.closed:
@@ -287,6 +321,7 @@ class LiveView(Observer):
         finally:
             self._subscribers.discard(subscriber)
             watcher.cancel()
+            feed.cancel()
         await send({"type": "http.response.body", "body": b""})
 
 
@@ -322,7 +357,7 @@ def _load_page() -> tuple[bytes, bytes]:
 def install_live_view(app: GatewayApp) -> LiveView:
     """Add the live view to `app`: its observer, its routes, and the end of its streams when
     the server stops."""
-    view = LiveView(app.router, app.redactor)
+    view = LiveView(app.router, app.redactor, days=app.admission.day)
     app.observers.add(view)
     app.routes.update(view.routes())
     app.on_stopping.append(view.close)

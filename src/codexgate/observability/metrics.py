@@ -115,6 +115,7 @@ class Metrics(Observer):
             "from the upstream's cache), reasoning (part of output).",
             ("backend", "model", "kind"), registry=registry,
         )  # fmt: skip
+        self.key_tokens, self.key_requests = _key_counters(registry)
         self.tool_calls = Counter(
             "codexgate_tool_calls", "Tool calls in the answers, by kind (item type) and the outcome of "
             "the response that carried them.",
@@ -128,6 +129,9 @@ class Metrics(Observer):
         self._requests: dict[tuple[str, ...], Any] = {}
         self._timings: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._tokens: dict[tuple[str, ...], Any] = {}
+        self._key_tokens: dict[tuple[str, ...], Any] = {}
+        self._key_requests: dict[tuple[str, ...], Any] = {}
+        self._key = BoundedLabel(_MAX_MODELS)  # names from the config: bounded all the same
         self._calls: dict[tuple[str, ...], Any] = {}
         self._faces: dict[tuple[str, ...], Any] = {}
         self._routes: dict[tuple[str, ...], Any] = {}
@@ -172,12 +176,14 @@ class Metrics(Observer):
         if exchange.first_output is not None:
             timing[0].observe(exchange.first_output - exchange.started)
         if exchange.usage:
-            self._count_tokens(exchange.usage, backend, model)
+            self._count_tokens(exchange.usage, backend, model, exchange.caller)
+        if exchange.caller is not None:
+            _child(self._key_requests, self.key_requests, (self._key(exchange.caller), outcome)).inc()
         terminal = exchange.terminal
         if terminal is not None:
             self._count_tool_calls(terminal, backend)
 
-    def _count_tokens(self, usage: dict[str, Any], backend: str, model: str) -> None:
+    def _count_tokens(self, usage: dict[str, Any], backend: str, model: str, caller: str | None) -> None:
         input_details = usage.get("input_tokens_details") or {}
         output_details = usage.get("output_tokens_details") or {}
         for kind, value in (
@@ -188,6 +194,8 @@ class Metrics(Observer):
         ):
             if isinstance(value, int) and value > 0:
                 _child(self._tokens, self.tokens, (backend, model, kind)).inc(value)
+                if caller is not None:
+                    _child(self._key_tokens, self.key_tokens, (self._key(caller), kind)).inc(value)
 
     def _count_tool_calls(self, terminal: dict[str, Any], backend: str) -> None:
         outcome = str(terminal.get("type", "")).removeprefix("response.")
@@ -209,6 +217,20 @@ class Metrics(Observer):
             await send({"type": "http.response.body", "body": body})
 
         return metrics_route
+
+
+def _key_counters(registry: CollectorRegistry) -> tuple[Counter, Counter]:
+    """Tokens and requests by API key name (server/admission.py limits what each key spends)."""
+    tokens = Counter(
+        "codexgate_key_tokens", "Tokens by API key name, from the answers' usage (kinds as "
+        "codexgate_tokens).", ("key", "kind"), registry=registry,
+    )  # fmt: skip
+    requests = Counter(
+        "codexgate_key_requests", "Requests by API key name and outcome (rate_limit_exceeded, "
+        "insufficient_quota, model_not_allowed: refused by the key's limits).",
+        ("key", "outcome"), registry=registry,
+    )  # fmt: skip
+    return tokens, requests
 
 
 def _child(cache: dict[tuple[str, ...], _C], metric: Any, labels: tuple[str, ...]) -> _C:
@@ -288,6 +310,11 @@ class _GatewayCollector(Collector):
                 sockets.limits.max_connections,
             )  # fmt: skip
         yield from self._store_metrics()
+        admission = self._app.admission
+        if admission.counting:
+            up = admission.down_since is None
+            yield _gauge("codexgate_limits_store_up", "Whether the store answered the last admission "
+                         "(0: each key's limits are counted in this process alone).", up)  # fmt: skip
 
     def _counts(self) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily] = {}

@@ -54,6 +54,11 @@ class Router(Generic[B]):
         looked = ", ".join(self.discovery_candidates) or "nowhere (discovery is off)"
         return NoUpstream(NO_UPSTREAM_HELP.format(looked=looked))
 
+    def route_name(self, name: str) -> str:
+        """The name of the route `name` (a model name or an alias) is served by; unrouted, itself."""
+        route = self.models.get(name)
+        return route.model.name if route is not None and route.model is not None else name
+
     def resolve(self, name: str) -> Route[B]:
         """Raises ModelNotFound for an unknown name, NoUpstream when nothing is configured."""
         route = self.models.get(name)

@@ -33,6 +33,7 @@ from codexgate.errors import (
 )
 from codexgate.redact import Redactor
 from codexgate.routing.router import Router
+from codexgate.server.admission import ANSWER_HEADERS, Admission, Ticket, with_headers
 from codexgate.server.asgi import App, Receive, Scope, Send
 from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
 from codexgate.server.exchange import Exchange
@@ -43,7 +44,9 @@ from codexgate.server.observe import Observers
 from codexgate.server.response_routes import ResourceHandler, StoredResponses
 from codexgate.server.state import Recent, ResponseState
 from codexgate.server.stopping import Streams
+from codexgate.server.usage import UsageRoute
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
+from codexgate.store.meter import MemoryMeter
 from codexgate.translate.interrupt import Interrupt
 from codexgate.wire.responses import ResponsesRequest
 
@@ -71,10 +74,11 @@ class GatewayApp:
         socket_limits: SocketLimits | None = None,
         observers: Observers | None = None,
         health_details: Callable[[], dict[str, Any]] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """`faces`: the faces by the path they serve under /v1 (POST), e.g.
         {"/responses": ResponsesFace()}. `health_details`: more sections for /healthz (the
-        embedded model's state)."""
+        embedded model's state). `admission`: what each API key may spend (server/admission.py)."""
         self.router = router
         self.faces = faces if faces is not None else {"/responses": ResponsesFace()}
         self.max_body_bytes = max_body_bytes
@@ -85,6 +89,8 @@ class GatewayApp:
         self.state = state or ResponseState(None)
         # Metrics, traces, the recorder, the live view (server/observe.py).
         self.observers = observers or Observers()
+        # Each key's limits, admitted before a request is routed; its usage (server/usage.py).
+        self.admission = admission or Admission(MemoryMeter(), shared=False)
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._on_no_upstream = on_no_upstream
@@ -112,6 +118,7 @@ class GatewayApp:
             path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
         }
         routes["/models"] = {"GET": self._models_route}
+        routes["/usage"] = {"GET": UsageRoute(self.admission.ledger, self.admission.is_admin)}
         routes["/health"] = routes["/healthz"] = {"GET": self._health_route}
         return routes
 
@@ -128,6 +135,7 @@ class GatewayApp:
             limits,
             self.observers.finished,
             self.streams,
+            self.admission,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,6 +155,7 @@ class GatewayApp:
             if message["type"] == "lifespan.startup":
                 try:
                     await self.state.start()
+                    await self.admission.start()
                     if self._on_startup:
                         await self._on_startup()
                 except Exception as exc:
@@ -158,6 +167,7 @@ class GatewayApp:
                     if self._on_shutdown:
                         await self._on_shutdown()
                 finally:
+                    await self.admission.close()
                     await self.state.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -184,7 +194,7 @@ class GatewayApp:
                 raise _method_not_allowed(methods, scope)
             await handler(scope, receive, send)
         except GatewayError as exc:
-            await send_error(send, exc, self.redactor)
+            await send_error(send, exc, self.redactor, scope.get(ANSWER_HEADERS))
         except ClientGone:
             pass
         except Exception:
@@ -272,10 +282,17 @@ class GatewayApp:
     async def _serve(self, face: Face, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"), face.name)
         exchange.caller = scope.get(API_KEY_NAME)
+        ticket: Ticket | None = None
         try:
             # The body is not kept in a variable: this frame lives as long as the stream.
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model, exchange.req = ask.req.model, ask.req
+            ticket = await self.admission.admit(exchange.caller, ask.req.model)  # its limits
+            if ticket.headers:
+                scope[ANSWER_HEADERS] = ticket.headers
+                ask.encoder, send = with_headers(ask.encoder, send, ticket.headers)
+            if ticket.refusal is not None:
+                raise ticket.refusal
             with self.streams.stream() as interrupt, entered_scope(interrupt):
                 call = await self._call(ask.req, ask.inbound, exchange)
                 encoder = ask.encoder
@@ -292,6 +309,8 @@ class GatewayApp:
             exchange.outcome = exchange.outcome or "client_gone"
             raise
         finally:
+            if ticket is not None:
+                await self.admission.settle(ticket, exchange)  # its slot freed, its tokens counted
             exchange.log()
             self.observers.finished(exchange)
 
@@ -336,7 +355,11 @@ class GatewayApp:
         await send_json(send, status, health if details else {"status": health["status"]})
 
     async def _models_route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, await self._models())  # raises GatewayError: answered as one
+        listed = await self._models()  # raises GatewayError: answered as one
+        caller = scope.get(API_KEY_NAME)
+        # A key with `models` sees those only.
+        listed["data"] = [m for m in listed["data"] if self.admission.may_use(caller, m["id"])]
+        await send_json(send, 200, listed)
 
     async def _health(self) -> tuple[int, dict[str, Any]]:
         """Each upstream's reachability (its `/models`, asked at most every few seconds), what

@@ -26,14 +26,14 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from codexgate.config import ConfigError, read_api_key_configs
+from codexgate.config import ApiKeyConfig, ConfigError, read_api_key_configs
 from codexgate.errors import InvalidRequest
 from codexgate.redact import Redactor
 from codexgate.server.asgi import Scope, Send
@@ -102,6 +102,8 @@ class Guard:
         self._mtime = self._config_mtime()
         self._check_every = reload_check_seconds
         self._next_check = time.monotonic() + reload_check_seconds
+        # Told the `[[api_keys]]` read on each reload (their limits: server/admission.py).
+        self.on_reload: list[Callable[[Sequence[ApiKeyConfig]], None]] = []
 
     # -- reload
 
@@ -121,6 +123,8 @@ class Guard:
             self._redactor.add(keys.values())
         before = set(self.keys.names)
         self.keys.replace(keys)
+        for told in self.on_reload:
+            told(configs)
         removed = sorted(before - set(keys))
         log.info(
             "API keys reloaded: %d in force%s%s",

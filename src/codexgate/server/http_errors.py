@@ -5,11 +5,12 @@ upstream text that may echo a secret. After the first byte of a stream an error 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
 
-from codexgate.errors import GatewayError, RateLimited, failed_answer
+from codexgate.errors import GatewayError, failed_answer
 from codexgate.redact import Redactor
 from codexgate.server.asgi import Send
 from codexgate.wire.responses_events import Event
@@ -24,13 +25,19 @@ async def send_json(
     await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
-async def send_error(send: Send, error: GatewayError, redactor: Redactor | None = None) -> None:
-    """The error as an HTTP response, its message redacted (upstream text may echo secrets)."""
+async def send_error(
+    send: Send,
+    error: GatewayError,
+    redactor: Redactor | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """The error as an HTTP response, its message redacted (upstream text may echo secrets), with
+    `headers` (a limited key's rate-limit headers) and, for a 429 that says when, Retry-After."""
     if redactor is not None:
         error.message = redactor.redact(error.message)
-    headers = []
-    if isinstance(error, RateLimited) and error.retry_after is not None:
-        headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    headers = list(headers or ())
+    if error.status == 429 and error.retry_after is not None:
+        headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after))).encode()))
     if error.status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
     await send_json(send, error.status, error.to_body(), headers)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -31,12 +32,15 @@ from codexgate.backends.base import Call, Inbound
 from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
+from codexgate.server.admission import Admission, Ticket
 from codexgate.server.asgi import Receive, Scope, Send
 from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
 from codexgate.server.http_errors import redact_failure
+from codexgate.server.rate_limits import Headers
 from codexgate.server.state import Recent, Remembered, ResponseState
 from codexgate.server.stopping import Streams
+from codexgate.store.meter import MemoryMeter
 from codexgate.translate.envelope import Envelope, estimated_usage
 from codexgate.translate.turn import new_id
 from codexgate.wire.checks import decode_json_object
@@ -78,8 +82,12 @@ class ResponsesSockets:
         limits: SocketLimits,
         finished: Callable[[Exchange], None] = lambda exchange: None,
         streams: Streams | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._finished = finished
+        # Each key's limits (server/admission.py), shared with HTTP: a response over a WebSocket
+        # is admitted and holds its slot like one over HTTP.
+        self.admission = admission or Admission(MemoryMeter(), shared=False)
         # The responses being delivered (the app's, shared with HTTP) and the connections: a
         # stopping server ends the one, and the others close once their response ended.
         self.streams = streams if streams is not None else Streams()
@@ -208,6 +216,7 @@ class _Connection:
         frame_bytes = len(raw)
         exchange = Exchange(None, "responses-ws")
         previous: str | None = None
+        ticket: Ticket | None = None
         try:
             data = _create_frame(raw)
             del raw
@@ -222,6 +231,9 @@ class _Connection:
                 await self._prewarm(req, inbound, frame_bytes)
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
+            ticket = await self.sockets.admission.admit(self.scope.get(API_KEY_NAME), req.model)
+            if ticket.refusal is not None:
+                raise ticket.refusal
             # A stopping server refuses it, or ends it.
             with self.sockets.streams.stream() as interrupt, entered_scope(interrupt):
                 call = await self.sockets._start(req, inbound, exchange, self.recent)
@@ -234,8 +246,10 @@ class _Connection:
             exchange.error_message = exc.message
             if previous is not None:  # a failed continuation evicts what it continued
                 self.recent.forget(previous)
-            await self._send_error(exc)
+            await self._send_error(exc, ticket.headers if ticket is not None else None)
         finally:
+            if ticket is not None:  # before the next frame may be admitted
+                await self.sockets.admission.settle(ticket, exchange)
             self.busy = False
             exchange.log()
             self.sockets._finished(exchange)
@@ -295,9 +309,9 @@ class _Connection:
         await self.send(_text({"type": "response.created", "sequence_number": 0, "response": created}))
         await self.send(_text({"type": "response.completed", "sequence_number": 1, "response": done}))
 
-    async def _send_error(self, error: GatewayError) -> None:
+    async def _send_error(self, error: GatewayError, headers: Headers | None = None) -> None:
         with contextlib.suppress(Exception):  # the client may be gone
-            await self.send(_text(_error_frame(error, self.sockets._redactor)))
+            await self.send(_text(_error_frame(error, self.sockets._redactor, headers)))
 
 
 def _create_frame(raw: bytes) -> dict[str, Any]:
@@ -312,14 +326,20 @@ def _create_frame(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _error_frame(error: GatewayError, redactor: Redactor | None = None) -> dict[str, Any]:
-    """`{"type":"error","status":...,"error":{...}}`: what Codex maps like an HTTP error."""
+def _error_frame(
+    error: GatewayError, redactor: Redactor | None = None, headers: Headers | None = None
+) -> dict[str, Any]:
+    """`{"type":"error","status":...,"error":{...},"headers":{...}}`: what Codex maps like an
+    HTTP error, with its Retry-After and a limited key's rate-limit headers."""
     body = error.to_body()["error"]
     if redactor is not None and isinstance(body.get("message"), str):
         body["message"] = redactor.redact(body["message"])
     frame: dict[str, Any] = {"type": "error", "status": error.status, "error": body}
+    said = {name.decode(): value.decode() for name, value in headers or ()}
     if error.retry_after is not None:
-        frame["headers"] = {"retry-after": str(max(1, round(error.retry_after)))}
+        said["retry-after"] = str(max(1, math.ceil(error.retry_after)))
+    if said:
+        frame["headers"] = said
     return frame
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from codexgate.store.base import Retention, Store, StoreError
+from codexgate.store.meter import MemoryMeter, Meter
 
 KINDS = ("sqlite", "redis", "postgres")
 
@@ -34,4 +35,28 @@ def open_store(kind: str, *, path: Path | None, url: str | None, retention: Rete
     return PostgresStore(url, retention)
 
 
-__all__ = ["KINDS", "Retention", "Store", "StoreError", "open_store"]
+def meter_of(store: Store | None) -> Meter:
+    """The meter (store/meter.py) that counts where `store` keeps its data, not yet opened; a
+    process's own without a store."""
+    if store is None:
+        return MemoryMeter()
+    if store.name == "sqlite":
+        from codexgate.store.sqlite import SqliteStore
+        from codexgate.store.sqlite_meter import SqliteMeter
+
+        assert isinstance(store, SqliteStore)
+        return SqliteMeter(store)
+    if store.name == "redis":
+        from codexgate.store.redis import RedisStore
+        from codexgate.store.redis_meter import RedisMeter
+
+        assert isinstance(store, RedisStore)
+        return RedisMeter(store)
+    from codexgate.store.postgres import PostgresStore
+    from codexgate.store.postgres_meter import PostgresMeter
+
+    assert isinstance(store, PostgresStore)
+    return PostgresMeter(store)
+
+
+__all__ = ["KINDS", "Meter", "Retention", "Store", "StoreError", "meter_of", "open_store"]

@@ -1,0 +1,1 @@
+"""`codexgate usage`: each key's usage, read from the store's ledger (command.py)."""
