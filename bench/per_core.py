@@ -193,8 +193,10 @@ async def _profile(
     """py-spy's top functions for `relay` under a separate run of the kind asked for."""
     assert relay.proc is not None
     out_file = Path(tempfile.gettempdir()) / f"per-core-pyspy-{os.getpid()}.txt"
+    # --gil: only the thread running Python, not the store's writer and the resolver's pool,
+    # which wait (and py-spy counts them as busy here).
     argv = ["uv", "run", "--no-sync", "--with", "py-spy", "py-spy", "record", "--pid", str(relay.proc.pid),
-            "--rate", "250", "--duration", str(int(args.seconds)), "--format", "raw", "--nolineno",
+            "--rate", "250", "--duration", str(int(args.seconds)), "--format", "raw", "--nolineno", "--gil",
             "-o", str(out_file)]  # fmt: skip
     spy = procs.start("py-spy", argv, env=dict(os.environ))
     try:

@@ -89,8 +89,9 @@ async def one_request(app: App, body: bytes, clock: Clock) -> bool:
         nonlocal given
         if not given:
             given = True
+            fresh = bytes(bytearray(body))  # just in from the socket, as uvicorn gives it: in cache
             clock.given = time.thread_time()
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": fresh, "more_body": False}
         await done.wait()
         return {"type": "http.disconnect"}
 
