@@ -5,9 +5,11 @@
 Served by uvicorn on uvloop + httptools, as in the tests. Replies are chosen by the request's
 model name (see bench/workload.py). Extra routes for the benchmark:
 `GET /bench/stats` (chat requests answered, SSE events sent, replies completed),
-`GET /bench/last` (size and hash of the last chat body received) and `GET /bench/last-body`
-(that body, byte for byte: the direct client sends exactly what the gateway sent, captured here,
-so the benchmark does not depend on the gateway's internals). Only the last body is kept.
+`GET /bench/last` (size and hash of the last chat body received, and `at`, the monotonic
+clock when its last byte was in: bench/per_core.py times a relay's way to the upstream) and
+`GET /bench/last-body` (that body, byte for byte: the direct client sends exactly what the
+gateway sent, captured here, so the benchmark does not depend on the gateway's internals). Only
+the last body is kept.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +80,10 @@ class BenchUpstream:
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
+        at = time.monotonic()
         raw = b"".join(chunks)
         self.last_body = raw
-        self.last = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+        self.last = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "at": at}
         return _replay([{"type": "http.request", "body": raw, "more_body": False}], receive)
 
 

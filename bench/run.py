@@ -207,7 +207,7 @@ class Bench:
         if not (r1.ok and r2.ok):
             raise RuntimeError(f"warm-up request failed: gateway {r1.error!r}, direct {r2.error!r}")
         return {
-            "same": seen_gw == seen_direct,
+            "same": seen_gw["sha256"] == seen_direct["sha256"],
             "responses_bytes": len(gw_body),
             "chat_bytes": len(chat),
             "gw_events": r1.events,

@@ -42,6 +42,7 @@ import random
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,8 +206,17 @@ async def _throughput(
     session: Any, relay: Relay, sessions: Sessions, sc: Scenario, seconds: float, upstream: Proc
 ) -> dict[str, Any]:
     """CONCURRENCY workers running streams back to back, each request the next turn of the
-    next session in turn, until `seconds` passed. The load generator's core (this process and
-    the fake upstream) is measured too: when it is busy, every relay's first token waits on it."""
+    next session in turn, until `seconds` passed."""
+    next_body = lambda n: sessions.next_body(n % SESSIONS, sc)  # noqa: E731
+    return await closed_loop(session, relay, next_body, seconds, upstream)
+
+
+async def closed_loop(
+    session: Any, relay: Relay, next_body: Callable[[int], bytes], seconds: float, upstream: Proc
+) -> dict[str, Any]:
+    """CONCURRENCY workers running streams back to back, the n-th request's body
+    `next_body(n)`, until `seconds` passed. The load generator's core (this process and the
+    fake upstream) is measured too: when it is busy, every relay's first token waits on it."""
     assert relay.proc is not None
     results: list[StreamResult] = []
     order = iter(range(10**9))
@@ -214,7 +224,7 @@ async def _throughput(
 
     async def worker() -> None:
         while time.perf_counter() < deadline:
-            body = sessions.next_body(next(order) % SESSIONS, sc)
+            body = next_body(next(order))
             results.append(await stream_once(session, relay.url, body, RESPONSES))
 
     def loader() -> float:
@@ -233,6 +243,7 @@ async def _throughput(
         "error": next((r.error for r in results if not r.ok), ""),
         "streams_per_s": len(ok) / wall,
         "us_per_event": cpu / events * 1e6 if events else float("nan"),
+        "us_per_stream": cpu / len(results) * 1e6 if results else float("nan"),
         "events_per_stream": events / max(1, len(results)),
         "cores": cpu / wall,
         "load_cores": load / wall,

@@ -29,13 +29,22 @@ JSON = dict[str, Any]
 # -- scenarios -------------------------------------------------------------------------------
 
 
+AT_ONCE = -1.0  # a Scenario's delay_ms for "every chunk in one write"
+
+
 @dataclass(frozen=True)
 class Scenario:
     kind: str  # "text" or "tool"
     chunks: int
     chars: int
-    delay_ms: float  # between deltas
+    delay_ms: float  # between deltas; AT_ONCE: the whole answer in one write
     first_ms: float = 0.0  # between the role chunk and the first delta ("prefill")
+
+    @property
+    def at_once(self) -> bool:
+        """The upstream writes the whole answer at once, as a fast server (a short answer, a
+        cached prefix, a local model) hands a relay many chunks in one read."""
+        return self.delay_ms == AT_ONCE
 
     @property
     def model(self) -> str:
@@ -122,6 +131,8 @@ def reply_for(body: JSON) -> Any:
     from tests.support.fake_upstream import text_reply, tool_calls_reply
 
     sc = Scenario.parse(str(body.get("model")))
+    if sc.at_once:
+        return _at_once_reply(sc, body)
     delay = sc.delay_ms / 1000.0
     if sc.kind == "tool":
         reply = tool_calls_reply(
@@ -132,6 +143,27 @@ def reply_for(body: JSON) -> Any:
     if sc.first_ms:
         reply.stall_after_chunks, reply.stall_seconds = 1, sc.first_ms / 1000.0
     return reply
+
+
+_AT_ONCE_REPLIES: dict[str, Any] = {}
+
+
+def _at_once_reply(sc: Scenario, body: JSON) -> Any:
+    """The whole streamed answer as one body message. Rendered once per scenario and usage
+    asked or not (the usage is that of the first such request): the fake upstream shares a
+    core with the load generator, and rendering 200 chunks per request would be most of its
+    work."""
+    from tests.support.fake_upstream import _Completion, _usage_for, raw_reply, render_stream, text_reply
+
+    key = f"{sc.model}/{bool((body.get('stream_options') or {}).get('include_usage'))}"
+    if key not in _AT_ONCE_REPLIES:
+        reply = text_reply(sc.text(), chunk_chars=sc.chars)
+        completion = _Completion(
+            id="chatcmpl-bench0000000a1b2c3d4e5f6", created=1700000000, model=sc.model,
+            usage=_usage_for(reply, body),
+        )  # fmt: skip
+        _AT_ONCE_REPLIES[key] = b"".join(render_stream(reply, body, completion))
+    return raw_reply([_AT_ONCE_REPLIES[key]])
 
 
 # -- requests --------------------------------------------------------------------------------
@@ -381,6 +413,35 @@ def growing(body: bytes, turns: int) -> list[bytes]:
             _msg("user", f"Good. Now do step {turn + 1} of the plan."),
         ]
         out.append(orjson.dumps(data))
+    return out
+
+
+def growing_session(scenario: Scenario, count: int = 16, last: int = 85_000, seed: int = 2) -> list[bytes]:
+    """One Codex session's `count` requests, from its first (seed 2: 47 KB, two earlier tool
+    turns) to about `last` bytes: each the whole conversation again plus one tool turn (a shell
+    call, its output of a few KB, now and then the model's words and the user's next message),
+    as Codex sends a working session."""
+    body = codex_request(scenario, history_bytes=40_000, seed=seed)
+    rng = random.Random(seed + 1)
+    step = (last - len(orjson.dumps(body))) / max(1, count - 1)
+    out = [orjson.dumps(body)]
+    for turn in range(1, count):
+        target = len(out[-1]) + step
+        call_id = f"call_grow{turn:04d}{rng.getrandbits(64):016x}"
+        command = orjson.dumps({"command": ["bash", "-lc", "uv run pytest -q"], "workdir": "/work/project"})
+        items: list[JSON] = [
+            {"type": "function_call", "id": f"fc_grow{turn:04d}", "name": "shell",
+             "arguments": command.decode(), "call_id": call_id},
+            {"type": "function_call_output", "call_id": call_id, "output": ""},
+        ]  # fmt: skip
+        if turn % 3 == 0:
+            items.append({**_msg("assistant", _prose(rng, 200), "output_text"), "id": f"msg_grow{turn:04d}"})
+            items.append(_msg("user", f"Good. Now do step {turn + 1} of the plan."))
+        room = int(target - len(out[-1]) - sum(len(orjson.dumps(i)) + 1 for i in items))
+        log = _test_log(rng, max(200, room - 60))
+        items[1]["output"] = f"Exit code: 0\nWall time: 0.4 seconds\nOutput:\n{log}"
+        body["input"] = body["input"] + items
+        out.append(orjson.dumps(body))
     return out
 
 

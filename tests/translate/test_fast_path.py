@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codexgate.errors import ModelOutputLoop
+from codexgate.errors import GatewayError, ModelOutputLoop
 from codexgate.translate.builder import ResponseBuilder
 from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.chat_upstream import stream as stream_module
@@ -319,3 +319,71 @@ def test_take_plain_then_feed_gives_what_feed_alone_gives_on_code_text(seed: int
     fast_out += fast.finish()
     slow_out += slow.finish()
     assert merged(fast_out) == merged(slow_out)
+
+
+# -- a read of many chunks at once: `feed_all` and `Turn.texts`
+
+STOPPING = {**ALL_ON, "stop": ["STOP", "x < y"]}
+BATCH_STREAMS: dict[str, list[dict[str, Any]]] = {
+    **STREAMS,
+    "a stop sequence mid-answer": deltas(aperiodic(600) + " then STOP and more text after it", 3),
+    "a stop sequence split across deltas": deltas("plain words then ST" + "OP and the rest", 2),
+    "odd chunks between text": [*deltas("start of it ", 3), *ODD_CHUNKS[:-2], *deltas(" and the end", 2)],
+}
+BATCH_SETTINGS = {**SETTINGS, "stop sequences": STOPPING, "no stages": {"think_tags": "off",
+                  "text_tool_calls": "off", "loop_guard": False}}  # fmt: skip
+
+
+def run_in_reads(chunks: list[Any], seed: int, **settings: Any) -> tuple[list[Event], Counter[str]]:
+    """As `run`, but the chunks come in reads of random sizes, each fed with `feed_all`."""
+    counts: Counter[str] = Counter()
+    t = translator(False, counts, **settings)
+    turn, rng = t.turn, random.Random(seed)
+    events = turn.start()
+    try:
+        at = 0
+        while at < len(chunks):
+            size = rng.choice((1, 2, 3, 7, 50, 1000))
+            t.feed_all(chunks[at : at + size])
+            events += turn.take()
+            at += size
+        t.end_of_stream_marker()
+        events += turn.take()
+    except GatewayError as exc:
+        events += turn.fail(exc)
+    return events, counts
+
+
+@pytest.mark.parametrize("settings", BATCH_SETTINGS.values(), ids=BATCH_SETTINGS.keys())
+@pytest.mark.parametrize("name", BATCH_STREAMS.keys())
+def test_a_read_of_many_chunks_makes_the_same_events_as_one_chunk_at_a_time(
+    name: str, settings: dict[str, Any]
+) -> None:
+    one_by_one = run(BATCH_STREAMS[name], general=False, **settings)
+    for seed in range(4):
+        assert run_in_reads(BATCH_STREAMS[name], seed, **settings) == one_by_one
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_runs_of_code_text_make_the_same_events_in_reads_as_one_at_a_time(seed: int) -> None:
+    """Cut anywhere into reads of any size, text with openers, tags and stop sequences in it
+    comes out as it does one delta at a time, whichever stage leaves a delta first."""
+    rng = random.Random(seed)
+    pieces = [*_CODEY, "<think>", "</think>", "STOP", "x < y", "I'm sure. " * 30]
+    text = "".join(rng.choice(pieces) for _ in range(rng.randint(5, 80)))
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 60))))
+    chunks = [chunk(content=text[a:b]) for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    settings = rng.choice(list(BATCH_SETTINGS.values()))
+    assert run_in_reads(chunks, seed, **settings) == run(chunks, general=False, **settings)
+
+
+def test_a_pipeline_says_which_stage_left_which_texts() -> None:
+    """The loop guard (after the content stage) takes deltas until a check is due; the
+    deltas the content stage took past that point go on from the guard's place."""
+    stages = build_pipeline(catalogue_of([SHELL]), **ALL_ON)
+    assert stages.feed_text("plain start") is None
+    texts = ["abcd"] * 60  # 240 characters: the guard checks every 200
+    passed, taken, rest = stages.take_texts(texts)
+    assert taken == 60  # the content stage took every one
+    assert 0 < passed < 60
+    assert rest == [(1, passed, 60)]

@@ -176,6 +176,10 @@ def test_decoder_keeps_working_after_a_payload_split_inside_utf8() -> None:
         b"\n\n",
         b"data: a\r\n\r\n",
         b"retry: 5\n\n",
+        b"data: a\n\ndata:b\n\n",  # a later event without the space
+        b"data: \n\ndata: b\n\n",
+        b"data: a\n\ndata: b\n\n: c\n\n",
+        b'data: {"t":"\\n\\ndata: x"}\n\n',  # the separator, escaped inside a payload
     ],
 )
 def test_whole_events_in_one_read_decode_as_byte_by_byte(body: bytes) -> None:

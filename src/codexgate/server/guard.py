@@ -22,6 +22,7 @@ Refusals close the connection, so an unread body is never parsed further.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import os
@@ -311,8 +312,15 @@ def _is_loopback_peer(scope: Scope) -> bool:
     client = scope.get("client")
     if not client:
         return True  # a Unix socket: this machine
+    return _is_loopback(client[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _is_loopback(address: str) -> bool:
+    """Parsing an address costs more than the rest of the guard; a client's is asked again
+    on each of its requests."""
     try:
-        return ipaddress.ip_address(client[0]).is_loopback
+        return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
 

@@ -53,6 +53,14 @@ class _Text:
             self._blocks.append("".join(pending))
             pending.clear()
 
+    def extend(self, texts: list[str]) -> None:
+        """`append` for each of `texts`."""
+        pending = self._pending
+        pending += texts
+        if len(pending) >= self._BLOCK:
+            self._blocks.append("".join(pending))
+            pending.clear()
+
     def text(self) -> str:
         """The whole text, as one string (later events share this object, not copies)."""
         self._blocks.append("".join(self._pending))
@@ -141,6 +149,29 @@ class ResponseBuilder:
             "type": "response.output_text.delta", "sequence_number": seq,
             "item_id": m.item_id, "output_index": m.index, "content_index": 0, "delta": delta, "logprobs": [],
         })  # fmt: skip
+
+    def texts(self, deltas: list[str], count: int) -> None:
+        """`text` for each of `deltas[:count]`: one call for a run of answer deltas."""
+        if not count:
+            return
+        start = 0
+        m = self._message
+        if m is None:
+            self.text(deltas[0])
+            m = self._message
+            assert m is not None
+            start = 1
+        run = deltas[start:count]
+        m.parts.extend(run)
+        item_id, index, seq = m.item_id, m.index, self._seq
+        self._events += [
+            {
+                "type": "response.output_text.delta", "sequence_number": number,
+                "item_id": item_id, "output_index": index, "content_index": 0, "delta": delta, "logprobs": [],
+            }
+            for number, delta in enumerate(run, seq)
+        ]  # fmt: skip
+        self._seq = seq + len(run)
 
     def reasoning(self, delta: str) -> None:
         """Reasoning text: opens a reasoning item (closing any message) when none is open."""

@@ -14,6 +14,7 @@ this, whatever the backend; a backend only decides how to advertise it upstream.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -115,6 +116,7 @@ def _sanitize(name: str) -> str:
     return clean
 
 
+@functools.lru_cache(maxsize=1024)  # every call in every history asks again
 def flat_name(namespace: str | None, name: str) -> str:
     """The name a model is shown for a (namespace, name) tool; deterministic, so that calls in
     the history map to the same name as the advertised tool."""

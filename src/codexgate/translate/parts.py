@@ -24,7 +24,15 @@ from codexgate.errors import InvalidRequest
 from codexgate.translate.chat_upstream.items import is_opaque
 from codexgate.translate.files import check_file_part, file_text
 
-__all__ = ["TEXT_PARTS", "chat_content", "check_parts", "checked_kind", "image_url", "text_of_parts"]
+__all__ = [
+    "TEXT_PARTS",
+    "chat_content",
+    "check_parts",
+    "checked_kind",
+    "image_url",
+    "plain_texts",
+    "text_of_parts",
+]
 
 # Parts whose `text` is their content.
 TEXT_PARTS = frozenset(("input_text", "output_text", "text", "summary_text", "reasoning_text"))
@@ -54,6 +62,19 @@ def chat_content(parts: list[Any], param: str, *, images: bool) -> tuple[str, li
         else:
             texts.append(part[_TEXT_FIELDS.get(kind, "text")])
     return "\n".join(texts), found
+
+
+def plain_texts(parts: list[Any]) -> str | None:
+    """`chat_content(parts, ...)[0]` when every part is a text part with its text (no image,
+    file, refusal or blob: the common message, read with no parameter names); else None."""
+    texts: list[str] = []
+    for part in parts:
+        kind = part.get("type") if type(part) is dict else None
+        text = part.get("text") if type(kind) is str and kind in TEXT_PARTS else None
+        if type(text) is not str:
+            return None
+        texts.append(text)
+    return "\n".join(texts)
 
 
 def check_parts(parts: list[Any], param: str, *, images: bool) -> None:

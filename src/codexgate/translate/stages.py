@@ -28,7 +28,7 @@ costs only the stages that look at text. A text stage may also offer `feed_text`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Protocol, TypeAlias
@@ -112,7 +112,10 @@ class Stage(Protocol):
     # Optional, for a stage that accepts Text (`feed_text`) or Reasoning (`feed_reasoning`):
     # `feed_text(text)` is `feed(Text(text))`, except that None stands for `[Text(text)]`,
     # the text passed on unchanged (the common delta: no part object, no list). A stage
-    # without it gets `feed`.
+    # without it gets `feed`. With `feed_text`, a stage may also offer `take_texts(texts,
+    # end)`: `feed_text` for `texts[:end]` in order while it gives None, returning how many it
+    # took; it leaves the first it would change, and those after, untouched (one call for a
+    # run of deltas). A stage without it takes none that way.
 
     def flush(self) -> list[Part]:
         """Release what is held back (at the end of the text, or before a structured call)."""
@@ -122,7 +125,7 @@ class Stage(Protocol):
 class Pipeline:
     """Stages composed in order: each part goes through every later stage that accepts it."""
 
-    __slots__ = ("_stages", "_steps", "_text_feeds", "_reasoning_feeds")
+    __slots__ = ("_stages", "_steps", "_text_feeds", "_reasoning_feeds", "_text_takes")
 
     def __init__(self, stages: list[Stage]) -> None:
         self._stages = stages
@@ -130,6 +133,10 @@ class Pipeline:
         self._steps = [(frozenset(stage.accepts), stage.feed) for stage in stages]
         self._text_feeds = self._string_feeds(Text, "feed_text")
         self._reasoning_feeds = self._string_feeds(Reasoning, "feed_reasoning")
+        # (position, take_texts or None) of each stage that accepts Text, in order
+        self._text_takes: list[tuple[int, TextTake | None]] = [
+            (position, getattr(stages[position], "take_texts", None)) for position, _ in self._text_feeds
+        ]
 
     def _string_feeds(self, kind: type[Text | Reasoning], name: str) -> list[tuple[int, StringFeed]]:
         """(position, `name` or else `feed` with a part made for it) of each stage that
@@ -149,6 +156,40 @@ class Pipeline:
             parts = feed_text(text)
             if parts is not None:
                 return self._run(position + 1, parts)
+        return None
+
+    def take_texts(self, texts: Sequence[str], position: int = 0) -> tuple[int, int, list[Rest]]:
+        """`feed_text` for a run of answer deltas at once, from the stage at `position` on (the
+        stages before it passed them on unchanged), as far as every stage passes them on
+        unchanged. Returns (passed, taken, rest): `texts[:passed]` went through every stage
+        unchanged (the builder's now); `texts[taken:]` were not touched (`texts[taken]` is for
+        `feed_text_from(position, ...)`); and each (later, start, end) of `rest`, in the order
+        of the texts, says that `texts[start:end]` passed the stages before `later` unchanged
+        and go on from there."""
+        end = len(texts)
+        rest: list[Rest] = []
+        taken = -1
+        for at, take in self._text_takes:
+            if at < position:
+                continue
+            passed = take(texts, end) if take is not None else 0
+            if taken < 0:
+                taken = passed
+            elif passed < end:
+                rest.append((at, passed, end))
+            end = passed
+        rest.reverse()
+        return end, end if taken < 0 else taken, rest
+
+    def feed_text_from(self, position: int, text: str) -> list[Part] | None:
+        """`feed_text(text)` from the stage at `position` on (the stages before it passed the
+        text on unchanged)."""
+        for at, feed_text in self._text_feeds:
+            if at < position:
+                continue
+            parts = feed_text(text)
+            if parts is not None:
+                return self._run(at + 1, parts)
         return None
 
     def feed_reasoning(self, text: str) -> list[Part] | None:
@@ -194,6 +235,8 @@ class Pipeline:
 
 
 StringFeed: TypeAlias = Callable[[str], "list[Part] | None"]
+TextTake: TypeAlias = Callable[[Sequence[str], int], int]
+Rest: TypeAlias = tuple[int, int, int]  # (a stage's position, start, end): see take_texts
 
 
 def _feed_string(feed: Callable[[Any], list[Part]], kind: type[Text | Reasoning], text: str) -> list[Part]:
@@ -217,6 +260,11 @@ class ContentStage:
             return None
         pieces = self._content.feed_text(text)
         return None if pieces is None else self._parts(pieces)
+
+    def take_texts(self, texts: Sequence[str], end: int) -> int:
+        if self._content is None:
+            return end
+        return self._content.take_texts(texts, end)
 
     def feed(self, part: Text) -> list[Part]:
         if part.verbatim or self._content is None:
@@ -264,6 +312,9 @@ class LoopGuardStage:
         if self._stopped or self._answer.take(text):
             return None
         return self.feed(Text(text))
+
+    def take_texts(self, texts: Sequence[str], end: int) -> int:
+        return end if self._stopped else self._answer.take_all(texts, end)
 
     def feed_reasoning(self, text: str) -> list[Part] | None:
         if self._stopped or self._reasoning.take(text):
@@ -346,6 +397,9 @@ class StopSequenceStage:
         if self._scanner.passes(text):
             return None
         return self.feed(Text(text))
+
+    def take_texts(self, texts: Sequence[str], end: int) -> int:
+        return self._scanner.passing(texts, end)
 
     def feed(self, part: Text) -> list[Part]:
         scanner = self._scanner

@@ -8,6 +8,8 @@ sequence split across deltas is still found, and no text after it is ever releas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = ["StopScanner"]
 
 
@@ -25,6 +27,18 @@ class StopScanner:
             return False
         firsts = self._firsts
         return not any(first in text for first in firsts)
+
+    def passing(self, texts: Sequence[str], end: int) -> int:
+        """How many of `texts[:end]`, from the first, `passes` says yes to (it changes no
+        state)."""
+        if self._held or self.stopped:
+            return 0
+        firsts = self._firsts
+        for index in range(end):
+            text = texts[index]
+            if any(first in text for first in firsts):
+                return index
+        return end
 
     def feed(self, text: str) -> str:
         """The text to release now; sets `stopped` when a sequence was met (nothing after it

@@ -209,6 +209,45 @@ class Turn:
             if self._stopped:
                 self._stop_now()
 
+    def texts(self, texts: list[str]) -> None:
+        """`text` for each of a run of answer deltas (an upstream's read of many chunks), in
+        order, giving the same events: the deltas every stage passes on unchanged go to the
+        builder in one call. Stops at a failure or a stop, as the deltas after them would not
+        be fed."""
+        self._texts_from(0, texts)
+
+    def _texts_from(self, position: int, texts: list[str]) -> None:
+        """`texts`, which the stages before `position` passed on unchanged, from there on."""
+        stages = self._stages
+        while texts and not self._stopped:
+            passed, taken, rest = stages.take_texts(texts, position)
+            if passed:
+                self.output_chars += sum(map(len, texts[:passed]))
+                self._builder.texts(texts, passed)
+            for later, start, end in rest:
+                self._texts_from(later, texts[start:end])
+                if self._stopped or self.failure is not None:
+                    return
+            if taken == len(texts):
+                return
+            self._text_from(position, texts[taken])
+            if self.failure is not None:
+                return
+            texts = texts[taken + 1 :]
+
+    def _text_from(self, position: int, text: str) -> None:
+        """`text(text)` for a delta the stages before `position` passed on unchanged."""
+        if self._stopped:
+            return
+        parts = self._stages.feed_text_from(position, text)
+        if parts is None:
+            self.output_chars += len(text)
+            self._builder.text(text)
+        else:
+            self._emit(parts)
+            if self._stopped:
+                self._stop_now()
+
     def reasoning(self, text: str) -> None:
         """Reasoning text (a summary or the model's raw thinking)."""
         parts = self._stages.feed_reasoning(text)

@@ -54,7 +54,22 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
     return " or ".join(_JSON_NAMES.get(k, k.__name__) for k in kinds)
 
 
+def _exact(expected: type | tuple[type, ...]) -> frozenset[type]:
+    """The types a decoded JSON value of `expected` has: exactly these (JSON's bool is no
+    int), so one set lookup answers for the common value."""
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    return frozenset(kind for kind in kinds if kind is not bool or bool in kinds)
+
+
+_EXACT: dict[type | tuple[type, ...], frozenset[type]] = {}
+
+
 def check_type(value: Any, expected: type | tuple[type, ...], param: str) -> None:
+    exact = _EXACT.get(expected)
+    if exact is None:
+        exact = _EXACT[expected] = _exact(expected)
+    if type(value) in exact:  # decoded JSON: the common case, one lookup
+        return
     kinds = expected if isinstance(expected, tuple) else (expected,)
     # bool is an int in Python; JSON keeps them apart.
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
@@ -65,7 +80,9 @@ def check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, 
     """`obj[name]` when present and not null, checked against `expected`; else None."""
     value = obj.get(name)
     if value is not None:
-        check_type(value, expected, f"{param}.{name}")
+        exact = _EXACT.get(expected)
+        if exact is None or type(value) not in exact:  # the parameter's name is made for a miss only
+            check_type(value, expected, f"{param}.{name}")
     return value
 
 

@@ -272,7 +272,9 @@ def _input_items(raw_input: Any, known_items: int) -> list[Item]:
     if not isinstance(raw_input, list):
         raise InvalidRequest("Invalid type for 'input': expected a string or an array.", param="input")
     for index in range(known_items, len(raw_input)):
-        _validate_item(raw_input[index], f"input[{index}]")
+        item = raw_input[index]
+        if not _common_item(item):  # then the full checks, which name what is wrong
+            _validate_item(item, f"input[{index}]")
     return raw_input
 
 
@@ -289,7 +291,8 @@ def _check_fields(data: dict[str, Any], tools: list[Any], known_tools: bool) -> 
     _validate_extras(data)
     if not known_tools:
         for index, tool in enumerate(tools):
-            _validate_tool(tool, f"tools[{index}]")
+            if not _common_tool(tool):  # then the full checks, which name what is wrong
+                _validate_tool(tool, f"tools[{index}]")
     tool_choice = data.get("tool_choice", "auto")
     if tool_choice is not None:
         _validate_tool_choice(tool_choice)
@@ -313,6 +316,62 @@ def _common_prefix(items: list[Any], earlier: list[Item]) -> int:
         if items[index] != earlier[index]:
             return index
     return n
+
+
+_STR_FIELDS = {  # item types whose required fields are all strings, with those fields
+    kind: tuple(name for name, _ in fields)
+    for kind, fields in _ITEM_REQUIRED.items()
+    if kind in ("function_call", "custom_tool_call")
+}
+_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+
+
+def _common_item(item: Any) -> bool:
+    """Whether `item` is one of the shapes Codex sends most, in a form `_validate_item` passes:
+    checked here with exact types and no parameter names (the common item costs a few
+    lookups). False says nothing: `_validate_item` decides, and names what is wrong."""
+    if type(item) is not dict:
+        return False
+    kind = item.get("type")
+    if type(kind) is not str:
+        return False
+    if kind == "message":
+        role, content = item.get("role"), item.get("content")
+        return (
+            type(role) is str
+            and role in _ROLES
+            and (type(content) is str or (type(content) is list and _common_parts(content)))
+        )
+    if kind in _OUTPUT_TYPES:
+        return type(item.get("call_id")) is str and type(item.get("output")) is str
+    fields = _STR_FIELDS.get(kind)
+    if fields is not None:
+        namespace = item.get("namespace")
+        strings = all(type(item.get(name)) is str for name in fields)
+        return strings and (namespace is None or type(namespace) is str)
+    if kind == "reasoning":
+        blob, summary, content = item.get("encrypted_content"), item.get("summary"), item.get("content")
+        return (
+            (blob is None or type(blob) is str)
+            and (summary is None or (type(summary) is list and _common_parts(summary)))
+            and (content is None or (type(content) is list and _common_parts(content)))
+        )
+    return False
+
+
+def _common_parts(parts: list[Any]) -> bool:
+    """Whether every part is a text part `_validate_parts` passes (see `_common_item`)."""
+    for part in parts:
+        if type(part) is not dict:
+            return False
+        kind, text, blob = part.get("type"), part.get("text"), part.get("encrypted_content")
+        if not (
+            (type(kind) is str and kind != "input_file" and kind != "input_image")
+            and (text is None or type(text) is str)
+            and (blob is None or type(blob) is str)
+        ):
+            return False
+    return True
 
 
 def _validate_item(item: Any, param: str) -> None:
@@ -367,6 +426,33 @@ def _validate_item(item: Any, param: str) -> None:
             if value is not None:
                 check_type(value, list, f"{param}.{name}")
                 _validate_parts(value, f"{param}.{name}")
+
+
+def _common_tool(tool: Any) -> bool:
+    """Whether `tool` is a function or custom tool as Codex sends them, in a form
+    `_validate_tool` passes (see `_common_item`)."""
+    if type(tool) is not dict:
+        return False
+    kind, name, description = tool.get("type"), tool.get("name"), tool.get("description")
+    if type(name) is not str or not name or not (description is None or type(description) is str):
+        return False
+    if kind == "function":
+        parameters, strict = tool.get("parameters"), tool.get("strict")
+        return (
+            tool.get("function") is None
+            and (parameters is None or type(parameters) is dict)
+            and (strict is None or type(strict) is bool)
+        )
+    if kind == "custom":
+        fmt = tool.get("format")
+        if fmt is None:
+            return True
+        if type(fmt) is not dict or fmt.get("type") not in ("text", "grammar"):
+            return False
+        return fmt["type"] == "text" or (
+            type(fmt.get("syntax")) is str and type(fmt.get("definition")) is str
+        )
+    return False
 
 
 def _validate_tool(tool: Any, param: str) -> None:

@@ -74,13 +74,14 @@ class SSEDecoder:
         """The payloads when `chunk` is nothing but whole one-line `data:` events, as chat
         servers send them (one per read when paced, several when not); None when any part
         is something else, left to the general path. Nothing is held, so nothing changes."""
-        if len(chunk) > self._max:
+        if len(chunk) > self._max or not chunk.startswith(b"data: "):
             return None
-        events = chunk[:-2].split(b"\n\n")
-        for position, event in enumerate(events):
-            if not event.startswith(b"data:") or b"\n" in event:
-                return None
-            events[position] = event[6:] if event[5:6] == b" " else event[5:]
+        events = chunk[6:-2].split(b"\n\ndata: ")
+        # A payload never holds a newline: one left in a piece is another field, a comment,
+        # `data:` without its space, or a multi-line event, for the general path. (One search
+        # of the joined pieces is several times cheaper than counting the chunk's newlines.)
+        if b"\n" in b"".join(events):
+            return None
         return events
 
     def _hold(self, piece: bytes) -> None:
@@ -137,11 +138,14 @@ def encode_event(event: dict[str, Any]) -> bytes:
 
 
 def encode_events(events: list[dict[str, Any]]) -> bytes:
-    """Several events in one write: fewer syscalls when a chunk yields more than one."""
+    """Several events in one write: fewer syscalls when a chunk yields more than one.
+
+    Each frame is made whole at once: orjson's result holds a 4 KB buffer however short the
+    JSON, so keeping every event's JSON until the join (200 events of a fast upstream's read:
+    800 KB) cost seven times the encoding itself."""
     if len(events) == 1:
         return encode_event(events[0])
-    parts: list[bytes] = []
-    for event in events:
-        kind = event["type"]
-        parts += (_HEADS.get(kind) or _head(kind), orjson.dumps(event), b"\n\n")
-    return b"".join(parts)
+    heads, dumps = _HEADS, orjson.dumps
+    return b"".join(
+        [(heads.get(event["type"]) or _head(event["type"])) + dumps(event) + b"\n\n" for event in events]
+    )

@@ -8,6 +8,7 @@ A `History` keeps the walk's state so the next turn of a conversation only walks
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from codexgate.translate.chat_upstream.items import (
 )
 from codexgate.translate.cuts import cut_ids, is_cut
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.parts import chat_content, text_of_parts
+from codexgate.translate.parts import chat_content, plain_texts, text_of_parts
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.wire.responses import Item
 
@@ -44,28 +45,34 @@ LATE_DEVELOPER_PREFIX = "[Developer instructions]\n"
 MISSING_OUTPUT = "No output was recorded for this tool call."
 
 
-def _plain_text(content: Any, param: str) -> str:
+def _plain_text(content: Any, param: Callable[[], str]) -> str:
     """A message's text: content is a string or an array of parts (validated on input).
-    Raises InvalidRequest for a part with no text form (translate/parts.py)."""
+    `param()` names the content, for errors. Raises InvalidRequest for a part with no text
+    form (translate/parts.py)."""
     if isinstance(content, str):
         return content
-    return chat_content(content, param, images=False)[0]
+    text = plain_texts(content)
+    return text if text is not None else chat_content(content, param(), images=False)[0]
 
 
-def _user_content(content: Any, param: str) -> str | list[dict[str, Any]]:
+def _user_content(content: Any, param: Callable[[], str]) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
-    text, images = chat_content(content, param, images=True)
+    text = plain_texts(content)
+    if text is not None:
+        return text
+    text, images = chat_content(content, param(), images=True)
     if not images:
         return text
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     return parts + images
 
 
-def _output_text(output: Any, param: str) -> tuple[str, list[dict[str, Any]]]:
+def _output_text(output: Any, param: Callable[[], str]) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(output, str):
         return output, []
-    return chat_content(output, param, images=True)
+    text = plain_texts(output)
+    return (text, []) if text is not None else chat_content(output, param(), images=True)
 
 
 class _Builder:
@@ -122,11 +129,14 @@ class _Builder:
         self.seen_conversation = True
         self.messages.append(message)
 
-    def message(self, item: Item, param: str) -> None:
-        """`param`: where the item is in the request (`input[3]`), for errors."""
+    def message(self, item: Item, index: int) -> None:
+        """`index`: where the item is in the request's input, for errors."""
         role = item.get("role")
         content = item.get("content")
-        content_param = f"{param}.content"
+
+        def content_param() -> str:
+            return f"input[{index}].content"
+
         if role in ("developer", "system"):
             if self.dialect.developer_role == "developer" and role == "developer":
                 self.push({"role": "developer", "content": _plain_text(content, content_param)})
@@ -191,10 +201,10 @@ class _Builder:
         if self.pending_notes:
             self.push({"role": "assistant", "content": self.take_notes(None)})
 
-    def output(self, call_id: str, output: Any, param: str = "") -> None:
-        """`param`: where the output is in the request (`input[4].output`), for errors."""
+    def output(self, call_id: str, output: Any, index: int | None = None) -> None:
+        """`index`: where the output is in the request's input, for errors."""
         self.flush_notes()
-        text, images = _output_text(output, param)
+        text, images = _output_text(output, lambda: "" if index is None else f"input[{index}].output")
         if not self.call_is_open(call_id):
             # An output whose call is not in the history (dropped or never sent): chat APIs
             # reject an orphan tool message, so keep the content as a user message.
@@ -310,7 +320,7 @@ def translate_input(
         if instructions:
             builder.system_text(instructions)
         cut = cut_ids(items)  # parts of answers a failure cut short, and their markers: left out
-        ids = _item_ids(items)
+        ids = _item_ids(items) if keep else frozenset()
     for index in range(start, len(items)):
         item = items[index]
         if is_cut(item, cut):
@@ -331,14 +341,14 @@ def _translate_item(builder: _Builder, item: Item, index: int) -> None:
     if kind is None and "role" in item:
         kind = "message"
     if kind == "message":
-        builder.message(item, f"input[{index}]")
+        builder.message(item, index)
     elif kind == "function_call":
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"])
     elif kind == "custom_tool_call":
         arguments = orjson.dumps({CUSTOM_INPUT_PARAM: item["input"]}).decode()
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), arguments)
     elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        builder.output(item["call_id"], item["output"], f"input[{index}].output")
+        builder.output(item["call_id"], item["output"], index)
     elif kind == "reasoning":
         builder.reasoning(item)
     elif kind == ADDITIONAL_TOOLS:

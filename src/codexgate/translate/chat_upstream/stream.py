@@ -75,6 +75,31 @@ class ChatStreamTranslator:
         if turn.failure is not None:
             raise turn.failure
 
+    def feed_all(self, chunks: list[Any]) -> None:
+        """`feed` for each chunk in order (an upstream's read of many): a run of plain text
+        deltas goes to the turn in one call (Turn.texts), with the same events. Raises as
+        `feed` does, at the chunk that failed; the chunks after it are not fed."""
+        texts: list[str] = []
+        for chunk in chunks:
+            content = _plain_content(chunk)
+            if content is not None:
+                texts.append(content)
+                continue
+            if texts:
+                self._feed_texts(texts)
+                texts = []
+            self.feed(chunk)
+        if texts:
+            self._feed_texts(texts)
+
+    def _feed_texts(self, texts: list[str]) -> None:
+        turn = self.turn
+        if turn.done:
+            return
+        turn.texts(texts)
+        if turn.failure is not None:
+            raise turn.failure
+
     def count_malformed(self) -> None:
         """An upstream chunk that was skipped because it could not be read."""
         if self._counts is not None:

@@ -10,7 +10,7 @@ and recognised calls, in order, as if the upstream had sent `reasoning_content` 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from codexgate.translate.dialect import ThinkMode
@@ -66,6 +66,15 @@ class ContentStage:
         if len(pieces) == 1 and type(pieces[0]) is TextPiece and pieces[0].text == text:
             return None
         return pieces
+
+    def take_texts(self, texts: Sequence[str], end: int) -> int:
+        """How many of `texts[:end]`, from the first, `feed_text` would pass unchanged (as None),
+        taken as it takes them; the first it would not, and those after, are left untouched."""
+        if self._think is not None:
+            end = self._think.passing(texts, end)
+        if self._calls is None:
+            return end
+        return self._calls.take_plains(texts, end)
 
     def finish(self) -> list[Output]:
         if self._think is None:

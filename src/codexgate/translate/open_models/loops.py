@@ -11,6 +11,7 @@ same unit at least `min_repeats` times back to back, over at least `min_chars` c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _KEY = 24  # characters matched to find the candidate period
@@ -55,6 +56,23 @@ class RepetitionGuard:
         self._pending.append(text)
         self._unchecked = unchecked
         return True
+
+    def take_all(self, texts: Sequence[str], end: int) -> int:
+        """`take` for `texts[:end]` in order, up to the first that brings a check due: how
+        many were taken."""
+        unchecked = self._unchecked
+        limit = self._check_every
+        taken = 0
+        while taken < end:
+            size = unchecked + len(texts[taken])
+            if size >= limit:
+                break
+            unchecked = size
+            taken += 1
+        if taken:
+            self._pending.extend(texts[:taken])
+            self._unchecked = unchecked
+        return taken
 
     def _check(self) -> Loop | None:
         tail = self._tail

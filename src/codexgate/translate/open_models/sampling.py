@@ -19,6 +19,7 @@ the model publishers recommend (model cards and generation_config.json).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,7 @@ _SERVER_KEYS: dict[str, dict[str, str]] = {
 }
 
 
+@functools.lru_cache(maxsize=256)  # asked for every request: a dozen patterns each time
 def family_sampling(model: str) -> Sampling | None:
     """The publisher's sampling for the model's family, None for a model not in the table."""
     name = model.lower()

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
@@ -174,22 +176,52 @@ class TextToolCallParser:
         as one `TextPiece(text)`, updating the same state; returns False, having done nothing,
         when `feed` must decide (something is held, `text` has a character that may open a
         call, or it is whitespace that may be dropped). The hot path of every answer delta."""
-        if self._off:
-            return text != ""
-        if self._buf or not text:
-            return False
-        if self._candidate is not None and self._candidate.search(text) and self._live(text):
-            return False
-        if self._drop_ws and not text.strip():
-            return False
-        # What _drain does when it finds no candidate and releases everything.
+        return self.take_plains((text,), 1) == 1
+
+    def take_plains(self, texts: Sequence[str], end: int) -> int:
+        """`take_plain` for `texts[:end]` in order, up to the first it leaves to `feed`: how
+        many were taken. One call for a run of deltas (an upstream's read of many chunks):
+        the run is searched once for characters that may open a call, and only a text that
+        holds one is looked at on its own."""
+        run = list(texts[:end])
+        if "" in run:
+            run = run[: run.index("")]
+        if self._off or not run:
+            return len(run)
+        if self._buf or (self._drop_ws and not run[0].strip()):
+            return 0
+        joined = "".join(run)
+        candidate = self._candidate
+        ends: list[int] = []  # where each text ends in `joined`, once a candidate is found
+        taken = offset = 0
+        while taken < len(run):
+            found = candidate.search(joined, offset) if candidate is not None else None
+            if found is None:
+                self._released(joined, offset, len(joined))
+                taken = len(run)
+                break
+            ends = ends or list(accumulate(map(len, run)))
+            holder = bisect_right(ends, found.start())  # the text holding the candidate
+            if holder > taken:
+                self._released(joined, offset, ends[holder - 1])
+            if self._live(run[holder]):
+                taken = holder
+                break
+            self._released(joined, ends[holder - 1] if holder else 0, ends[holder])
+            taken, offset = holder + 1, ends[holder]
+        if taken:
+            self._ctx = None
+        return taken
+
+    def _released(self, joined: str, start: int, stop: int) -> None:
+        """What `_drain` does when it finds no call in `joined[start:stop]` and releases it."""
+        if stop <= start:
+            return
         self._drop_ws = self._message_start = False
-        end = text.rstrip(" \t")
-        if end:
-            self._line_blank = end[-1] == "\n"
-        self._base += len(text)
-        self._ctx = None
-        return True
+        last = joined[start:stop].rstrip(" \t")
+        if last:
+            self._line_blank = last[-1] == "\n"
+        self._base += stop - start
 
     def _live(self, text: str) -> bool:
         """Whether a candidate character in `text` may open a call where it stands (what

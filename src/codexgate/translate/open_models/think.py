@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import string
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -216,6 +217,30 @@ class ThinkSplitter:
             # (the two `in` tests: `any()` over _TAG_STARTS costs a generator per delta)
             and not (self._watch_late and (self._late_tail or _LT in text or _TRIANGLE in text))
         )
+
+    def passing(self, texts: Sequence[str], end: int) -> int:
+        """How many of `texts[:end]`, from the first, `passes` says yes to (it changes no
+        state, so this is one call for a run of deltas)."""
+        if not (
+            self._state == "answer"
+            and not self._finished
+            and not self._buf
+            and (self._tags is None or not self._tags.answer_close)
+        ):
+            return 0
+        late = self._watch_late
+        if late and self._late_tail:
+            return 0
+        run = texts[:end]
+        if all(run):  # the common run: plain text, searched once
+            joined = "".join(run) if late else ""
+            if _LT not in joined and _TRIANGLE not in joined:
+                return end
+        for index in range(end):
+            text = texts[index]
+            if not text or (late and (_LT in text or _TRIANGLE in text)):
+                return index
+        return end
 
     def finish(self) -> list[Piece]:
         """Everything still held back. Raises `RuntimeError` if called twice."""

@@ -131,6 +131,13 @@ class ResponsesStreamReader:
         """The turn has ended."""
         return self.turn.done
 
+    def feed_all(self, events: list[Any]) -> None:
+        """`feed` for each event in order, up to the end of the turn."""
+        for event in events:
+            self.feed(event)
+            if self.turn.done:
+                return
+
     def feed(self, event: Any) -> None:
         """One decoded event. Raises the GatewayError of a failure the upstream reported, and
         the turn's (the loop guard's); what came before stays in the turn and goes out

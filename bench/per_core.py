@@ -1,0 +1,395 @@
+"""Per core: what one Codex turn costs a relay when the upstream is fast, and in a burst.
+
+    uv run python bench/per_core.py [--quick] [--base-src DIR] [--peer NAME=COMMAND]
+        [--profile [growing|distinct]] [--only NAMES] [--runs request,growing,distinct,burst]
+
+The shape bench/under_load.py does not show: an upstream that answers at once (a local model
+with a short answer, a cached prefix), so that the relay's cost per request and per event is
+all there is, and many sessions opening at once (a team starting work, CI fanning out). Each
+relay runs alone on one core in its own long-lived process (the fake upstream and this load
+generator share the other core), codexgate with its defaults (the SQLite store, metrics, the
+live view), and meets, in this order:
+
+1. `request`, one request at a time: the turns of one growing Codex session (16 bodies of
+   47-86 KB, the whole history again each turn) with a one-delta answer. The time from the
+   last byte of the body sent (a raw socket) to the upstream having the relay's request, minus
+   the same for the relay's request sent straight to the upstream (the bench/README's "added"),
+   and the relay's CPU per request. Apart, in a fresh process each (bench/request_cpu.py), the
+   CPU from the body given to the upstream request written, measured inside the relay (the
+   Python ones: bare, head, base).
+2. `growing`: 128 closed-loop clients sending the turns of that one growing session, each
+   answer 200 chunks written at once by the upstream: CPU per event and per stream, streams/s,
+   the first token.
+3. `distinct`: the same with 500 distinct ~50 KB Codex sessions (bench/under_load.py's), each
+   request its session one turn further.
+4. `burst`: the 500 distinct sessions opened at once (all 500 requests sent together), each
+   answer one delta every 100 ms (30 deltas): the first token p50/p90/p99 and the peak RSS
+   (VmHWM, reset first; "RSS before" is what the runs before left).
+
+Relays as in bench/under_load.py: `bare` (bench/bare_relay.py, the floor), `head` (this tree),
+`base` (`--base-src DIR`), and any `--peer NAME=COMMAND` with {port} and {upstream}, e.g. the
+Rust codex-relay from PyPI (a binary wheel, unpacked under /tmp; nothing of it is in the repo):
+
+    uv run python bench/per_core.py --base-src /tmp/base/src \\
+        --peer "rust=RUST_LOG=warn exec /tmp/peer/codex-relay --port {port} --upstream {upstream}"
+
+Every figure is also printed as a ratio to the bare relay's in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from client import RESPONSES, new_session, pct, stream_once  # noqa: E402
+from compare import _Opened  # noqa: E402
+from procs import (  # noqa: E402
+    CPUS,
+    ROOT,
+    Proc,
+    Processes,
+    cpu_seconds,
+    free_port,
+    get_bytes,
+    get_json,
+    mem_status,
+    reset_hwm,
+    source_info,
+    wait_http,
+)
+from under_load import CONCURRENCY, SESSIONS, Relay, Sessions, _pin, closed_loop, relays  # noqa: E402
+from workload import AT_ONCE, Scenario, growing_session  # noqa: E402
+
+MB = 1024 * 1024
+FAST = Scenario("text", 200, 4, AT_ONCE)  # 200 deltas, written at once
+BURST = Scenario("text", 30, 4, 100)  # one delta every 100 ms
+ONE = Scenario("text", 1, 4, 0)  # the `request` run's answer
+RUNS = ("request", "growing", "distinct", "burst")
+
+
+class Bodies:
+    """What the runs send: the growing session's turns (for any scenario) and the distinct
+    sessions."""
+
+    def __init__(self) -> None:
+        self.growing = growing_session(FAST)
+        self.sessions = Sessions(SESSIONS, 50_000)
+
+    def turn(self, n: int, sc: Scenario) -> bytes:
+        body = self.growing[n % len(self.growing)]
+        return body.replace(FAST.model.encode(), sc.model.encode(), 1)
+
+
+# -- request: one at a time ---------------------------------------------------------------------
+
+
+def _post_timed(port: int, path: str, body: bytes, up_base: str) -> float:
+    """Milliseconds from the body's last byte sent to the upstream having the request (the
+    fake upstream notes when its last byte came in, on the same monotonic clock)."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nAuthorization: Bearer bench\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(head + body)
+        sent = time.monotonic()
+        while sock.recv(65536):
+            pass
+    return (float(get_json(up_base + "/bench/last")["at"]) - sent) * 1e3
+
+
+async def _request_run(relay: Relay, bodies: Bodies, up_base: str, count: int) -> dict[str, Any]:
+    """`count` requests one at a time, each followed by the same upstream request sent
+    directly; the relay's CPU is taken over its requests only."""
+    assert relay.proc is not None
+    port = int(relay.url.split(":")[2].split("/")[0])
+    up_port = int(up_base.rsplit(":", 1)[1])
+    via: list[float] = []
+    direct: list[float] = []
+    cpu = 0.0
+    for n in range(count + 8):
+        c0 = cpu_seconds(relay.proc.pid)
+        took = await asyncio.to_thread(_post_timed, port, "/v1/responses", bodies.turn(n, ONE), up_base)
+        used = cpu_seconds(relay.proc.pid) - c0
+        chat = await asyncio.to_thread(get_bytes, up_base + "/bench/last-body")
+        straight = await asyncio.to_thread(_post_timed, up_port, "/v1/chat/completions", chat, up_base)
+        if n >= 8:  # warm-up
+            via.append(took)
+            direct.append(straight)
+            cpu += used
+    return {
+        "added_p50": statistics.median(via) - statistics.median(direct),
+        "added_p90": pct(via, 0.9) - pct(direct, 0.9),
+        "cpu_per_request_us": cpu / count * 1e6,
+    }
+
+
+def in_process(name: str, env: dict[str, str], up_v1: str, count: int) -> dict[str, Any]:
+    """bench/request_cpu.py for one Python relay, in a fresh process on the relay's core."""
+    argv = [sys.executable, str(BENCH / "request_cpu.py"), "bare" if name == "bare" else "codexgate", up_v1,
+            "--requests", str(count), "--cpu", str(CPUS[-1])]  # fmt: skip
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        return {"error": done.stderr.decode(errors="replace")[-300:]}
+    return orjson.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# -- burst: all at once ------------------------------------------------------------------------
+
+
+async def _burst(session: Any, relay: Relay, bodies: Bodies) -> dict[str, Any]:
+    assert relay.proc is not None
+    pid = relay.proc.pid
+    await asyncio.sleep(1.0)
+    before = mem_status(pid).get("VmRSS", 0)
+    reset_hwm(pid)
+    opened = _Opened(SESSIONS)  # no limit: every request is sent at once
+    sessions = bodies.sessions
+    results = await asyncio.gather(
+        *(opened.stream(session, relay.url, sessions.next_body(i, BURST), RESPONSES) for i in range(SESSIONS))
+    )
+    status = mem_status(pid)
+    first = [r.first_delta * 1e3 for r in results if r.ok]
+    return {
+        "first_p50": pct(first, 0.5),
+        "first_p90": pct(first, 0.9),
+        "first_p99": pct(first, 0.99),
+        "rss_before": before,
+        "peak": status.get("VmHWM", 0),
+        "max_open": opened.max_open,
+        "failed": sum(not r.ok for r in results),
+        "error": next((r.error for r in results if not r.ok), ""),
+    }
+
+
+# -- the runs ----------------------------------------------------------------------------------
+
+
+def _next_body(run: str, bodies: Bodies) -> Any:
+    if run == "growing":
+        return lambda n: bodies.turn(n, FAST)
+    return lambda n: bodies.sessions.next_body(n % SESSIONS, FAST)
+
+
+async def _profile(
+    session: Any, relay: Relay, bodies: Bodies, procs: Processes, upstream: Proc, args: argparse.Namespace
+) -> str:
+    """py-spy's top functions for `relay` under a separate run of the kind asked for."""
+    assert relay.proc is not None
+    out_file = Path(tempfile.gettempdir()) / f"per-core-pyspy-{os.getpid()}.txt"
+    # --gil: only the thread running Python, not the store's writer and the resolver's pool,
+    # which wait (and py-spy counts them as busy here).
+    argv = ["uv", "run", "--no-sync", "--with", "py-spy", "py-spy", "record", "--pid", str(relay.proc.pid),
+            "--rate", "250", "--duration", str(int(args.seconds)), "--format", "raw", "--nolineno", "--gil",
+            "-o", str(out_file)]  # fmt: skip
+    spy = procs.start("py-spy", argv, env=dict(os.environ))
+    try:
+        await closed_loop(session, relay, _next_body(args.profile, bodies), args.seconds + 4, upstream)
+    finally:
+        deadline = time.monotonic() + 30
+        while spy.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        procs.stop(spy)
+    from run import analyse_profile
+
+    got = analyse_profile(out_file.read_text() if out_file.exists() else "")
+    out_file.unlink(missing_ok=True)
+    if "top_self" not in got:
+        return f"profile: no samples ({got.get('error', '')})"
+    lines = [f"py-spy, {relay.name}, {args.profile} at c={CONCURRENCY} ({got['samples']} samples):"]
+    for title, key in (("time by area", "areas"), ("self", "top_self"), ("codexgate inclusive",
+                       "codexgate_inclusive"), ("codexgate self", "codexgate_self")):  # fmt: skip
+        lines.append(f"  {title}:")
+        lines += [f"    {share:5.1f}%  {name}" for name, share in got[key][:14]]
+    return "\n".join(lines)
+
+
+async def _one_relay(
+    session: Any, relay: Relay, bodies: Bodies, procs: Processes, upstream: Proc, up_base: str,
+    args: argparse.Namespace,
+) -> str:  # fmt: skip
+    """The runs in order, in one process of `relay`; the profile's text when asked for."""
+    relay.start(procs, up_base + "/v1")
+    _pin(relay, upstream)
+    for i in range(32):  # connections and code paths warm
+        got = await stream_once(session, relay.url, bodies.turn(i, FAST), RESPONSES)
+        if not got.ok:
+            raise RuntimeError(f"warm-up stream failed: {got.error}")
+    if "request" in args.runs:
+        print(f"{relay.name}: request ...", flush=True)
+        relay.out["request"] = await _request_run(relay, bodies, up_base, args.requests)
+    for run in ("growing", "distinct"):
+        if run in args.runs:
+            print(f"{relay.name}: {run} ...", flush=True)
+            next_body = _next_body(run, bodies)
+            relay.out[run] = await closed_loop(session, relay, next_body, args.seconds, upstream)
+    if "burst" in args.runs:
+        print(f"{relay.name}: burst ...", flush=True)
+        relay.out["burst"] = await _burst(session, relay, bodies)
+    if args.profile and relay.name == "head":
+        return await _profile(session, relay, bodies, procs, upstream, args)
+    return ""
+
+
+def _with_defaults(targets: list[Relay], home: str) -> None:
+    """codexgate as it ships: the default store (SQLite, in a folder of its own per relay)."""
+    for relay in targets:
+        if relay.name in ("head", "base"):
+            relay.env = {k: v for k, v in relay.env.items() if k != "CODEXGATE_STORE"}
+            relay.env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix=f"{relay.name}-", dir=home)
+
+
+async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str]:
+    t0 = time.perf_counter()
+    bodies = Bodies()
+    print(f"bodies made in {time.perf_counter() - t0:.1f} s", flush=True)
+    targets = relays(args)
+    if args.only:
+        targets = [t for t in targets if t.name in args.only.split(",")]
+    _with_defaults(targets, home)
+    profile = ""
+    with Processes() as procs:
+        up_port = free_port()
+        upstream = procs.start(
+            "upstream", [sys.executable, str(BENCH / "fake_upstream_server.py"), "--port", str(up_port)]
+        )
+        up_base = f"http://127.0.0.1:{up_port}"
+        wait_http(upstream, up_base + "/bench/stats")
+        if "request" in args.runs:
+            for relay in targets:
+                if relay.name in ("bare", "head", "base"):
+                    print(f"{relay.name}: request CPU in process ...", flush=True)
+                    relay.out["in_process"] = await asyncio.to_thread(
+                        in_process, relay.name, relay.env, up_base + "/v1", args.requests
+                    )
+        async with new_session() as session:
+            for relay in targets:
+                try:
+                    profile += await _one_relay(session, relay, bodies, procs, upstream, up_base, args)
+                except Exception as exc:  # reported; the other relays are still measured
+                    relay.out["error"] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    if relay.proc is not None:
+                        procs.stop(relay.proc)
+    return targets, profile
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
+    names = [t.name for t in targets]
+    by = {t.name: t.out for t in targets}
+    others = [n for n in names if n != "bare"]
+    w0, w = 44, 10
+    lines = [
+        f"per core: each relay alone on one core; {CONCURRENCY} closed-loop clients, {args.seconds:g} s "
+        f"per run; answers of {FAST.chunks} deltas written at once",
+        "metric".ljust(w0)
+        + "".join(n.rjust(w) for n in names)
+        + "".join(f"{n}/bare".rjust(w) for n in others),
+    ]
+
+    def row(label: str, get: Any, digits: int = 1) -> None:
+        vals = {}
+        for n in names:
+            try:
+                vals[n] = float(get(by[n]))
+            except (KeyError, TypeError):
+                vals[n] = float("nan")
+        cells = [f"{vals[n]:.{digits}f}" for n in names]
+        bare = vals.get("bare")
+        cells += [f"{vals[n] / bare:.2f}x" if bare else "n/a" for n in others]
+        lines.append(label.ljust(w0) + "".join(c.rjust(w) for c in cells))
+
+    lines.append(f"request, one at a time ({args.requests} turns of the growing session, 47-86 KB):")
+    row("  added to the upstream p50 (ms)", lambda o: o["request"]["added_p50"], 2)
+    row("  added to the upstream p90 (ms)", lambda o: o["request"]["added_p90"], 2)
+    row("  CPU per request, 1-delta answer (us)", lambda o: o["request"]["cpu_per_request_us"], 0)
+    for kind in ("growing", "distinct", "1MB"):
+        for mark, what in (("written", "to written"), ("opened", "to transport")):
+            key = f"{mark}_us_p50"
+            row(f"  in process, {kind}: {what} p50 (us)", lambda o, k=kind, m=key: o["in_process"][k][m], 0)
+    for run, what in (("growing", "one growing session"), ("distinct", f"{SESSIONS} distinct sessions")):
+        lines.append(f"{run}: {what}, c={CONCURRENCY}:")
+        row("  CPU per event (us)", lambda o, r=run: o[r]["us_per_event"], 2)
+        row("  CPU per stream (us)", lambda o, r=run: o[r]["us_per_stream"], 0)
+        row("  streams/s", lambda o, r=run: o[r]["streams_per_s"])
+        row("  events per stream", lambda o, r=run: o[r]["events_per_stream"])
+        row("  first token p50 (ms)", lambda o, r=run: o[r]["first_p50"])
+        row("  first token p90 (ms)", lambda o, r=run: o[r]["first_p90"])
+        row("  relay cores used", lambda o, r=run: o[r]["cores"], 2)
+        row("  load generator's core used", lambda o, r=run: o[r]["load_cores"], 2)
+        row("  failed streams", lambda o, r=run: o[r]["failed"], 0)
+    lines.append(f"burst: {SESSIONS} sessions opened at once, one delta every {BURST.delay_ms:g} ms:")
+    row("  first token p50 (ms)", lambda o: o["burst"]["first_p50"])
+    row("  first token p90 (ms)", lambda o: o["burst"]["first_p90"])
+    row("  first token p99 (ms)", lambda o: o["burst"]["first_p99"])
+    row("  RSS before (MB)", lambda o: o["burst"]["rss_before"] / MB)
+    row("  peak RSS, VmHWM (MB)", lambda o: o["burst"]["peak"] / MB)
+    row("  most streams open at once", lambda o: o["burst"]["max_open"], 0)
+    row("  failed streams", lambda o: o["burst"]["failed"], 0)
+    for t in targets:
+        if t.out.get("error"):
+            lines.append(f"  {t.name} stopped: {t.out['error']}"[:300])
+        for run, got in t.out.items():
+            if isinstance(got, dict) and got.get("error"):
+                lines.append(f"  first error, {t.name} {run}: {got['error']}"[:300])
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 s per run instead of 20, fewer requests")
+    parser.add_argument("--base-src", help="also measure codexgate imported from this src/ folder")
+    parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND, see the module docs")
+    parser.add_argument(
+        "--profile", nargs="?", const="growing", choices=("growing", "distinct"),
+        help="py-spy the head relay (via uv) in a separate run of this kind (default: growing)",
+    )  # fmt: skip
+    parser.add_argument("--only", help="comma-separated relay names to run (default: all)")
+    parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    args = parser.parse_args()
+    args.runs = set(args.runs.split(","))
+    args.seconds = 8.0 if args.quick else 20.0
+    args.requests = 100 if args.quick else 300
+    if args.base_src:
+        args.base_src = str(Path(args.base_src).resolve())
+    t0 = time.perf_counter()
+    import uvloop
+
+    uvloop.install()
+    with tempfile.TemporaryDirectory(prefix="per-core-") as home:
+        targets, profile = asyncio.run(measure(args, home))
+    print()
+    print(
+        f"codexgate per core ({time.perf_counter() - t0:.0f} s; {os.cpu_count()} cores; python "
+        f"{sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} at the end)"
+    )
+    print(source_info())
+    print("\n".join(report(targets, args)))
+    if profile:
+        print(profile)
+    failed = sum(t.out.get(run, {}).get("failed", 0) for t in targets for run in RUNS)
+    sys.exit(1 if failed or any("error" in t.out for t in targets) else 0)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()
