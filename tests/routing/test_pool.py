@@ -123,6 +123,7 @@ async def test_a_context_too_long_is_answered_by_the_fallback_route(caplog: pyte
         response = await ask(client, "conv")
         metrics = (await client.get("/metrics")).text
     assert answer(response) == "from big" and response.json()["model"] == "coder"  # the model asked for
+    assert (response.headers["x-codexgate-route"], response.headers["x-codexgate-upstream"]) == ("coder-big", "big")
     assert any("route=coder-big" in line and "upstream=big" in line for line in caplog.messages)
     assert 'codexgate_fallbacks_total{route="coder",to_route="coder-big"} 1.0' in metrics
 

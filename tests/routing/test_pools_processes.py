@@ -65,6 +65,7 @@ def test_a_context_too_long_for_the_route_is_answered_by_its_fallback(tmp_path: 
         access = [line for line in gateway.output if "face=responses" in line]
     assert answer(short) == "from small" and answer(long) == "from big"
     assert long.json()["model"] == "coder"  # the model the client asked for
+    assert long.headers["x-codexgate-route"] == "coder-big" and short.headers["x-codexgate-route"] == "coder"
     assert "route=coder-big" in access[-1] and "upstream=big" in access[-1]
 
 

@@ -36,7 +36,7 @@ from codexgate.routing.router import Router
 from codexgate.server.admission import ANSWER_HEADERS, Admission, Ticket, with_headers
 from codexgate.server.asgi import App, Receive, Scope, Send
 from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
-from codexgate.server.exchange import Exchange
+from codexgate.server.exchange import Exchange, answered_headers
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
@@ -340,7 +340,10 @@ class GatewayApp:
     ) -> None:
         # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
         await interrupt.wait(call.open())
-        delivery.answered_by(request_scope.current().answered_by)
+        where = request_scope.current().answered_by
+        if where is not None:  # a pool's member took it: the answer says which route and upstream
+            delivery.answered_by(where)
+            encoder, send = with_headers(encoder, send, answered_headers(where))
         events = call.events()
         try:
             await deliver(events, encoder, send, delivery, self.redactor)

@@ -17,6 +17,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
 _MAX_VALUE = 80  # client-chosen strings (model names, request ids) are cut to this
 
 
+def answered_headers(where: tuple[str, str]) -> list[tuple[bytes, bytes]]:
+    """The headers that say which route and upstream answered a pooled request (the `model`
+    the client sees stays the one it asked for)."""
+    route, upstream = where
+    return [(b"x-codexgate-route", route.encode()), (b"x-codexgate-upstream", upstream.encode())]
+
+
 class Exchange:
     """What one request to a face did, filled in as it runs; `line()` at the end.
 
