@@ -152,11 +152,7 @@ class Pipeline:
         """`feed(Text(text))`, except that None stands for `[Text(text)]` when every stage
         passed the text on unchanged: the common answer delta. From the first stage that
         changes something, the rest of the way is `feed`'s."""
-        for position, feed_text in self._text_feeds:
-            parts = feed_text(text)
-            if parts is not None:
-                return self._run(position + 1, parts)
-        return None
+        return self.feed_text_from(0, text)
 
     def take_texts(self, texts: Sequence[str], position: int = 0) -> tuple[int, int, list[Rest]]:
         """`feed_text` for a run of answer deltas at once, from the stage at `position` on (the

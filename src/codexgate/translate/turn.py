@@ -198,16 +198,7 @@ class Turn:
 
     def text(self, text: str) -> None:
         """Answer text."""
-        if self._stopped:
-            return
-        parts = self._stages.feed_text(text)
-        if parts is None:  # the common delta: plain text, unchanged by every stage
-            self.output_chars += len(text)
-            self._builder.text(text)
-        else:
-            self._emit(parts)
-            if self._stopped:
-                self._stop_now()
+        self._text_from(0, text)
 
     def texts(self, texts: list[str]) -> None:
         """`text` for each of a run of answer deltas (an upstream's read of many chunks), in
@@ -240,7 +231,7 @@ class Turn:
         if self._stopped:
             return
         parts = self._stages.feed_text_from(position, text)
-        if parts is None:
+        if parts is None:  # the common delta: plain text, unchanged by every stage
             self.output_chars += len(text)
             self._builder.text(text)
         else:
