@@ -7,11 +7,13 @@ each, one thread each), sticky against round-robin in one run, and what a failov
 
 1. Sticky against round-robin. Conversations like Codex's: each a distinct prefix of
    `--prefix-tokens` (code, numbered per conversation so none shares another's), growing each
-   turn by the last answer and a new question; every conversation takes its turns one after
-   another, all conversations at once; each turn is a streamed `/v1/responses` request with the
-   conversation's `prompt_cache_key`, as Codex sends. For each policy the servers start fresh
-   (empty caches) under a gateway whose route `coder` pools them: `sticky = true`, then
-   `sticky = false` with `balance = "round_robin"`. Printed: the time to first token (first
+   turn by the last answer and a new question; the conversations take their turns in rounds
+   (the next once every answer is in), each round's requests 0.1 s apart in a shuffled order
+   (seeded, the same for both policies); each turn is a streamed `/v1/responses` request with
+   the conversation's `prompt_cache_key`, as Codex sends. For each policy the servers start
+   fresh (empty caches) under a gateway whose route `coder` pools them, each member with
+   `max_concurrent` = its slots: `sticky = true`, then `sticky = false` with
+   `balance = "round_robin"`. Printed: the time to first token (first
    turns, whose prefill neither policy can skip, apart from the later ones), and the prompt
    tokens each server evaluated (llama.cpp's /metrics: `prompt_tokens_total`, the tokens it
    read; those it took from its cache are `prompt_tokens_cached_total`, printed beside).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -41,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from procs import Proc, Processes, clean_env, free_port, wait_http  # noqa: E402
 from tests.support.llama_server import llama_command  # noqa: E402
 
+from codexgate.backends.base import conversation_of  # noqa: E402
 from codexgate.routing.choice import rendezvous  # noqa: E402
 
 TOKENS_PER_LINE = 28  # SmolLM2's tokens for one line of the generated code (measured)
@@ -106,18 +110,33 @@ async def first_token(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[
     return (first if first is not None else time.perf_counter() - started), "".join(text)
 
 
-async def conversation(client: httpx.AsyncClient, number: int, args: argparse.Namespace) -> list[float]:
-    history: list[dict[str, Any]] = [{"role": "user", "content": prefix(number, args.prefix_tokens)}]
-    times = []
-    for turn in range(args.turns):
+async def turns(client: httpx.AsyncClient, args: argparse.Namespace) -> list[list[float]]:
+    """Every conversation's turns, round by round (a round starts when every conversation has
+    its previous answer, as people read an answer before the next question); within a round the
+    requests arrive 0.1 s apart in an order shuffled each round (seeded: the same for every
+    policy), as a team's turns do, so that round robin does not line up with the conversations
+    by chance. Returns each round's first-token times."""
+    count = args.conversations
+    histories = [[{"role": "user", "content": prefix(i, args.prefix_tokens)}] for i in range(count)]
+    order = random.Random(7)
+    rounds = []
+
+    async def one(number: int, turn: int, delay: float) -> float:
+        await asyncio.sleep(delay)
+        history = histories[number]
         question = f"Question {turn}: what does c{number}_f{turn} return for 2?"
         history.append({"role": "user", "content": question})
         body = {"model": "coder", "input": history, "stream": True, "max_output_tokens": args.answer_tokens,
                 "prompt_cache_key": f"bench-conversation-{number}", "temperature": 0}  # fmt: skip
         seconds, text = await first_token(client, body)
-        times.append(seconds)
         history.append({"role": "assistant", "content": text or "."})
-    return times
+        return seconds
+
+    for turn in range(args.turns):
+        arrivals = list(range(count))
+        order.shuffle(arrivals)
+        rounds.append(await asyncio.gather(*(one(n, turn, 0.1 * k) for k, n in enumerate(arrivals))))
+    return rounds
 
 
 def one_policy(procs: Processes, args: argparse.Namespace, policy: str) -> dict[str, Any]:
@@ -126,21 +145,22 @@ def one_policy(procs: Processes, args: argparse.Namespace, policy: str) -> dict[
     roots = {f"s{i}": root for i, root in enumerate(servers.values(), 1)}
     route = '[[models]]\nname = "coder"\nupstreams = ["s1", "s2"]\nmodel = "m"\n'
     route += "sticky = true\n" if policy == "sticky" else 'sticky = false\nbalance = "round_robin"\n'
-    gateway, base = start_gateway(procs, {n: r + "/v1" for n, r in roots.items()}, route)
+    capacity = f"max_concurrent = {args.parallel}\n"  # the slots, as docs/configuration.md advises
+    gateway, base = start_gateway(procs, {n: r + "/v1" for n, r in roots.items()}, route, capacity)
     before = {n: evaluated(r) for n, r in roots.items()}
 
     async def run() -> list[list[float]]:
         async with httpx.AsyncClient(base_url=base, timeout=3600) as client:
-            return await asyncio.gather(*(conversation(client, i, args) for i in range(args.conversations)))
+            return await turns(client, args)
 
     started = time.monotonic()
-    times = asyncio.run(run())
+    rounds = asyncio.run(run())
     wall = time.monotonic() - started
     after = {n: evaluated(r) for n, r in roots.items()}
     for proc in (gateway, *servers):
         procs.stop(proc)
     prompt = {n: (after[n][0] - before[n][0], after[n][1] - before[n][1]) for n in roots}
-    return {"first": [t[0] for t in times], "later": [x for t in times for x in t[1:]], "prompt": prompt,
+    return {"first": rounds[0], "later": [x for later in rounds[1:] for x in later], "prompt": prompt,
             "wall": wall}  # fmt: skip
 
 
@@ -209,7 +229,7 @@ def _first(key: str, names: list[str]) -> str:
         def __init__(self, name: str) -> None:
             self.name, self.load = name, 0
 
-    return rendezvous(key, [Named(n) for n in names])[0].name
+    return rendezvous(conversation_of(None, key), [Named(n) for n in names])[0].name  # as the face keys it
 
 
 def main() -> int:

@@ -15,8 +15,10 @@ import httpx
 import pytest
 
 from codexgate.app import build_app
+from codexgate.backends.base import conversation_of
 from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
 from codexgate.config import load_settings
+from codexgate.routing.choice import rendezvous
 from codexgate.server.app import GatewayApp
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -155,3 +157,25 @@ async def test_a_full_member_makes_the_conversation_wait_its_turn() -> None:
         assert answer(await first) == "first"
         assert answer(await second) == "second"
     assert member.in_flight == 0 and member.queued == 0
+
+
+async def test_a_conversation_that_moved_stays_where_its_history_is_cached() -> None:
+    replies = iter([error_reply(500, openai_error("boom", error_type="server_error"))])
+    flaky = FakeUpstream(lambda body: next(replies, None) or text_reply("from a"), models=["m"])
+    fakes: dict[str, FakeUpstream | None] = {"a": flaky, "b": named("b")}
+    homed_on_a = [k for k in (f"conv-{i}" for i in range(40)) if _first_choice(k, ["a", "b"]) == "a"]
+    moving, staying = homed_on_a[:2]
+    async with gateway(fakes, config(["a", "b"])) as (client, app):
+        assert answer(await ask(client, moving)) == "from b"  # a failed: it moved to b
+        app.router.health.members["a"].succeeded()  # a is well again
+        assert answer(await ask(client, staying)) == "from a"  # a's own conversations are back
+        later = [answer(await ask(client, moving)) for _ in range(3)]
+    assert later == ["from b"] * 3  # b holds its history now: it does not go back
+
+
+def _first_choice(conversation: str, names: list[str]) -> str:
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name, self.load = name, 0
+
+    return rendezvous(conversation_of(None, conversation), [Named(n) for n in names])[0].name

@@ -25,7 +25,7 @@ from codexgate.wire.responses_events import Event
 
 __all__ = [
     "UNKNOWN", "Backend", "Call", "ContextWindowsView", "Event", "Inbound", "ModelList", "StageSettings",
-    "turn_options",
+    "conversation_of", "turn_options",
 ]  # fmt: skip
 
 
@@ -49,6 +49,12 @@ class Inbound:
 
 
 UNKNOWN = Inbound()  # a request nothing is known of
+
+
+def conversation_of(caller: str | None, key: str) -> str:
+    """`Inbound.conversation` for the client's `key` of a conversation (its prompt_cache_key;
+    "chain:<id>" and "ws:<id>" for those the gateway names), scoped to the `caller`."""
+    return f"{caller or ''}\x00{key}"
 
 
 class Call(Protocol):

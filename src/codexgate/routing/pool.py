@@ -17,7 +17,7 @@ and upstream that answered go into the request's scope for the access line and /
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +42,9 @@ __all__ = ["SHORT_RETRY_AFTER", "Member", "Pool", "PooledCall"]
 # A 429 whose Retry-After is this short is the server's moment, not its failure: the request
 # goes to the next member, but the member does not cool down.
 SHORT_RETRY_AFTER = 2.0
+# Conversations remembered on a member other than their rendezvous choice (they moved there by
+# failover or load, and its prefix cache holds them now), the least recently used forgotten.
+MOVED_MEMORY = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,7 @@ class Pool:  # a backends.base.Backend
         self._resolve = resolve
         self.counts: Counter[str] = Counter()
         self.windows = None
+        self._moved: OrderedDict[str, str] = OrderedDict()  # conversation -> the member it moved to
 
     @property
     def name(self) -> str:
@@ -134,6 +138,12 @@ class Pool:  # a backends.base.Backend
         )
         if self.sticky and conversation is not None and ready:
             ranked = rendezvous(conversation, ready)
+            moved = self._moved.get(conversation)
+            for member in ranked[1:] if moved is not None else ():
+                if member.name == moved:  # its history is cached there now: it stays
+                    ranked.remove(member)
+                    ranked.insert(0, member)
+                    break
             idlest = min(ready, key=lambda member: member.load)
             if ranked[0] is not idlest and yields(ranked[0].load, idlest.load):
                 self.board.sticky_yields[self.route] += 1
@@ -141,6 +151,20 @@ class Pool:  # a backends.base.Backend
                 ranked.insert(0, idlest)
             return ranked + cooling
         return self._chooser.order(ready, [member.position for member in ready]) + cooling
+
+    def settled(self, conversation: str | None, member: Member) -> None:
+        """`member` answers the conversation: remembered when it is not the conversation's
+        rendezvous choice, so that its next turns go where its history is cached (each
+        replica remembers its own moves; the others send those turns to the first choice)."""
+        if not self.sticky or conversation is None:
+            return
+        if member is rendezvous(conversation, self.members)[0]:
+            self._moved.pop(conversation, None)
+            return
+        self._moved[conversation] = member.name
+        self._moved.move_to_end(conversation)
+        if len(self._moved) > MOVED_MEMORY:
+            self._moved.popitem(last=False)
 
     def fallback_pools(self) -> list[Pool]:
         if self._resolve is None:
@@ -201,6 +225,7 @@ class PooledCall:
                 slot.release()
                 raise
             member.health.succeeded()
+            pool.settled(self._inbound.conversation, member)
             self._call, self._slot = call, slot
             scope.current().answered_by = (pool.route, member.name)
             return

@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from codexgate.backends.base import Call, Inbound
+from codexgate.backends.base import Call, Inbound, conversation_of
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.store.base import Item, Store, StoredResponse, StoreError
 from codexgate.translate.compaction import (
@@ -183,7 +183,7 @@ class ResponseState:
             history, root = await self._history(req.previous_response_id, owner, recent)
             _check_outputs_answer_calls(history, own_input)
             if inbound.conversation is None and root is not None:  # the chain is the conversation
-                inbound = dataclasses.replace(inbound, conversation=f"{owner}\x00chain:{root}")
+                inbound = dataclasses.replace(inbound, conversation=conversation_of(owner, f"chain:{root}"))
         expanded = history + own_input if history else own_input
         if history or referencing or not kinds.isdisjoint(COMPACTION_KINDS):
             expanded = expand_compaction_items(expanded, owner, self.secret)

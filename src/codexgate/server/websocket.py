@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from codexgate.backends import scope as request_scope
-from codexgate.backends.base import Call, Inbound
+from codexgate.backends.base import Call, Inbound, conversation_of
 from codexgate.backends.scope import entered as entered_scope
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
@@ -132,7 +132,7 @@ class _Connection:
         self.busy = False
         self.responding: asyncio.Task[None] | None = None  # the response in flight
         self.left = False  # the client closed the connection
-        self.conversation = f"{scope.get(API_KEY_NAME) or ''}\x00ws:{os.urandom(8).hex()}"
+        self.conversation = conversation_of(scope.get(API_KEY_NAME), f"ws:{os.urandom(8).hex()}")
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read_frames())

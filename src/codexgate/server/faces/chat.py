@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from codexgate.backends.base import Inbound
+from codexgate.backends.base import Inbound, conversation_of
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.translate.chat_face.chunks import ChatChunkEncoder, chat_completion
 from codexgate.translate.chat_face.request import parse_chat_request
@@ -67,6 +67,6 @@ class ChatFace:
         # A client's own conversation key, scoped to the caller (as the Responses face does):
         # backends that remember conversations between turns key them by it.
         key = req.prompt_cache_key
-        conversation = f"{caller or ''}\x00{key}" if key else None
+        conversation = conversation_of(caller, key) if key else None
         encoder = ChatSSE(ask.include_usage) if req.stream else _JSON
         return Ask(req, Inbound(caller, conversation, len(body)), encoder)

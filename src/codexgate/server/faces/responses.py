@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from codexgate.backends.base import Inbound
+from codexgate.backends.base import Inbound, conversation_of
 from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
 from codexgate.server.http_errors import failed_response
 from codexgate.server.state import listed_item
@@ -48,7 +48,7 @@ class RequestReader:
         cache_key = data.get("prompt_cache_key")
         if not isinstance(cache_key, str) or not cache_key:
             return parse_request(data), Inbound(caller, None, size)
-        conversation = f"{caller or ''}\x00{cache_key}"
+        conversation = conversation_of(caller, cache_key)
         memo = self._memo
         earlier = memo.get(conversation) if memo is not None else None
         req, known = parse_continued(data, earlier)
