@@ -7,7 +7,7 @@ SGLang's radix cache): a re-sent 7k-100k token history is then not read again. T
 chosen by rendezvous hashing: each member scores hash(conversation, member) and the highest
 wins, so every gateway replica picks the same one without sharing anything, and adding or losing
 a member moves only the conversations of that member. If it fails, the next highest takes over,
-on every replica alike.
+on every replica alike, and the conversation stays there (routing/pool.py, `Pool.settled`).
 
 Stickiness yields to load when the conversation's member is far busier than the idlest one:
 by at least YIELD_ABS requests (in flight and waiting) and at least YIELD_REL times the idlest's
