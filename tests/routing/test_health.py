@@ -77,12 +77,18 @@ async def test_a_waiter_that_gives_up_passes_its_place_on() -> None:
     assert await member.wait("z", 0.01) is not None  # room again
 
 
-async def test_a_full_queue_or_a_long_wait_gives_no_place() -> None:
+async def test_a_full_line_or_a_long_wait_gives_no_place_and_another_key_still_waits() -> None:
     member = MemberHealth("a", max_concurrent=1)
     assert member.take() is not None
-    assert await member.wait("x", 0.01) is None  # timed out
+    assert await member.wait("x", 0.01) is None and member.queued == 0  # timed out, and gone
     waiters = [asyncio.create_task(member.wait("x", 10)) for _ in range(health.QUEUE_PER_SLOT)]
     await asyncio.sleep(0)
-    assert member.queue_full() and await member.wait("y", 10) is None
+    assert member.queue_full("x") and await member.wait("x", 10) is None  # x's line is full
+    other = asyncio.create_task(member.wait("y", 10))  # y still gets in line
+    await asyncio.sleep(0)
+    assert member.queued == health.QUEUE_PER_SLOT + 1 and not member.queue_full("y")
+    member.hand_over()  # x was in line first
+    member.hand_over()  # then y's turn, before x's other three
+    assert await waiters[0] is not None and await other is not None
     for waiter in waiters:
         waiter.cancel()

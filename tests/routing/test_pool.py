@@ -179,3 +179,21 @@ def _first_choice(conversation: str, names: list[str]) -> str:
             self.name, self.load = name, 0
 
     return rendezvous(conversation_of(None, conversation), [Named(n) for n in names])[0].name
+
+
+async def test_a_key_whose_line_is_full_is_told_to_retry_while_the_member_stays_busy() -> None:
+    slow = FakeUpstream(lambda body: stall_reply("slow", 0.5), models=["m"])
+    flags = config(["a"])
+    flags["upstreams"][0]["max_concurrent"] = 1
+    async with gateway({"a": slow}, flags) as (client, app):
+        member = app.router.health.members["a"]
+        waiting = [asyncio.create_task(ask(client, "c1"))]
+        await slow.wait_for(lambda: slow.in_flight == 1, what="the first request")
+        waiting += [asyncio.create_task(ask(client, "c1")) for _ in range(4)]  # the line: 4 x 1 slot
+        await slow.wait_for(lambda: member.queued == 4, what="the line to fill")
+        refused = await ask(client, "c1")
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "server_is_overloaded"

@@ -8,9 +8,10 @@ first failure in a row, doubling up to 30 s. When that time is up it is half-ope
 may try it (or the background probe, which asks its `/models` every second, finds it answering),
 and the first success makes it usable again; a failure cools it down for twice as long.
 
-A capped member that is full makes requests wait in its queue, at most QUEUE_PER_SLOT per slot,
-served fairly across callers: each caller (an API key) has its own line, and a freed slot goes
-to the next caller in turn, so one key's fifty waiting requests do not starve another key's one.
+A capped member that is full makes requests wait in its queue, served fairly across callers:
+each caller (an API key) has its own line, of at most QUEUE_PER_SLOT per slot, and a freed slot
+goes to the next caller in turn, so one key's fifty requests neither starve another key's one
+nor fill the queue before it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ State = Literal["usable", "cooling", "probing"]
 
 COOLDOWN_FIRST = 1.0  # seconds a member cools down after its first failure in a row
 COOLDOWN_MAX = 30.0
-QUEUE_PER_SLOT = 4  # a full member's queue holds up to max_concurrent x this requests
+QUEUE_PER_SLOT = 4  # a caller's line on a full member holds up to max_concurrent x this requests
 PROBE_EVERY = 1.0  # seconds between background probes of members that are not usable
 
 
@@ -53,6 +54,21 @@ class _FairQueue:
         line.append(waiter)
         self.size += 1
         return waiter
+
+    def waiting(self, caller: str) -> int:
+        line = self._lines.get(caller)
+        return len(line) if line is not None else 0
+
+    def drop(self, caller: str, waiter: asyncio.Future[None]) -> None:
+        """Take out a waiter that gave up (a line is short: at most QUEUE_PER_SLOT per slot)."""
+        line = self._lines.get(caller)
+        if line is None or waiter not in line:
+            return
+        line.remove(waiter)
+        self.size -= 1
+        if not line:
+            del self._lines[caller]
+            self._turns.remove(caller)
 
     def pop(self) -> asyncio.Future[None] | None:
         """The next waiter still waiting, the next caller's turn; None: nobody waits."""
@@ -119,8 +135,11 @@ class MemberHealth:
     def has_room(self) -> bool:
         return self.max_concurrent is None or self.in_flight < self.max_concurrent
 
-    def queue_full(self) -> bool:
-        return self.max_concurrent is None or self._queue.size >= self.max_concurrent * QUEUE_PER_SLOT
+    def queue_full(self, caller: str) -> bool:
+        """Whether `caller`'s line is full (an uncapped member has no queue)."""
+        if self.max_concurrent is None:
+            return True
+        return self._queue.waiting(caller) >= self.max_concurrent * QUEUE_PER_SLOT
 
     def take(self) -> Slot | None:
         """A place now, or None when it is full."""
@@ -130,10 +149,10 @@ class MemberHealth:
         return Slot(self)
 
     async def wait(self, caller: str, timeout: float) -> Slot | None:
-        """A place once one is free, waiting in the caller's line; None when the queue is full
+        """A place once one is free, waiting in the caller's line; None when that line is full
         or `timeout` seconds passed first."""
         slot = self.take()
-        if slot is not None or self.queue_full():
+        if slot is not None or self.queue_full(caller):
             return slot
         waiter = self._queue.put(caller)
         try:
@@ -142,10 +161,13 @@ class MemberHealth:
         except TimeoutError:
             if waiter.done() and not waiter.cancelled():
                 return Slot(self)  # handed a place as the time ran out: take it
+            self._queue.drop(caller, waiter)
             return None
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.hand_over()  # handed a place as it was cancelled: pass it on
+            else:
+                self._queue.drop(caller, waiter)
             raise
         return Slot(self)  # the releaser kept its place counted for this waiter
 

@@ -32,11 +32,12 @@ async def send_error(
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """The error as an HTTP response, its message redacted (upstream text may echo secrets), with
-    `headers` (a limited key's rate-limit headers) and, for a 429 that says when, Retry-After."""
+    `headers` (a limited key's rate-limit headers) and, for a 429 or 503 that says when,
+    Retry-After."""
     if redactor is not None:
         error.message = redactor.redact(error.message)
     headers = list(headers or ())
-    if error.status == 429 and error.retry_after is not None:
+    if error.status in (429, 503) and error.retry_after is not None:
         headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after))).encode()))
     if error.status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
