@@ -22,6 +22,7 @@ from codexgate.routing.choice import rendezvous
 from codexgate.server.app import GatewayApp
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_responses import ScriptedResponses, sse_reply, text_events
 from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply, text_reply
 
 
@@ -197,3 +198,14 @@ async def test_a_key_whose_line_is_full_is_told_to_retry_while_the_member_stays_
         await asyncio.gather(*waiting, return_exceptions=True)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "server_is_overloaded"
+
+
+async def test_members_of_different_kinds_serve_one_route() -> None:
+    responses_server = ScriptedResponses([sse_reply(text_events("from r")) for _ in range(2)], models=["m"])
+    fakes: dict[str, Any] = {"a": named("a"), "r": responses_server}
+    flags = config(["a", "r"], sticky=False, balance="round_robin")
+    flags["upstreams"][1]["kind"] = "responses"  # "a" is a chat upstream, "r" a Responses one
+    async with gateway(fakes, flags) as (client, _):
+        answers = sorted([answer(await ask(client)) for _ in range(4)])
+    assert answers == ["from a", "from a", "from r", "from r"]
+    assert responses_server.paths.count("/v1/responses") == 2
