@@ -71,7 +71,7 @@ from procs import (  # noqa: E402
     source_info,
     wait_http,
 )
-from under_load import CONCURRENCY, SESSIONS, Relay, Sessions, _pin, closed_loop, relays  # noqa: E402
+from under_load import CONCURRENCY, SESSIONS, RatioTable, Relay, Sessions, _pin, closed_loop, relays  # noqa: E402
 from workload import AT_ONCE, Scenario, growing_session  # noqa: E402
 
 MB = 1024 * 1024
@@ -294,30 +294,13 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str
 
 
 def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
-    names = [t.name for t in targets]
-    by = {t.name: t.out for t in targets}
-    others = [n for n in names if n != "bare"]
-    w0, w = 44, 10
-    lines = [
+    table = RatioTable(
+        targets,
         f"per core: each relay alone on one core; {CONCURRENCY} closed-loop clients, {args.seconds:g} s "
         f"per run; answers of {FAST.chunks} deltas written at once",
-        "metric".ljust(w0)
-        + "".join(n.rjust(w) for n in names)
-        + "".join(f"{n}/bare".rjust(w) for n in others),
-    ]
-
-    def row(label: str, get: Any, digits: int = 1) -> None:
-        vals = {}
-        for n in names:
-            try:
-                vals[n] = float(get(by[n]))
-            except (KeyError, TypeError):
-                vals[n] = float("nan")
-        cells = [f"{vals[n]:.{digits}f}" for n in names]
-        bare = vals.get("bare")
-        cells += [f"{vals[n] / bare:.2f}x" if bare else "n/a" for n in others]
-        lines.append(label.ljust(w0) + "".join(c.rjust(w) for c in cells))
-
+        44,
+    )
+    lines, row = table.lines, table.row
     lines.append(f"request, one at a time ({args.requests} turns of the growing session, 47-86 KB):")
     row("  added to the upstream p50 (ms)", lambda o: o["request"]["added_p50"], 2)
     row("  added to the upstream p90 (ms)", lambda o: o["request"]["added_p90"], 2)
@@ -345,13 +328,7 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
     row("  peak RSS, VmHWM (MB)", lambda o: o["burst"]["peak"] / MB)
     row("  most streams open at once", lambda o: o["burst"]["max_open"], 0)
     row("  failed streams", lambda o: o["burst"]["failed"], 0)
-    for t in targets:
-        if t.out.get("error"):
-            lines.append(f"  {t.name} stopped: {t.out['error']}"[:300])
-        for run, got in t.out.items():
-            if isinstance(got, dict) and got.get("error"):
-                lines.append(f"  first error, {t.name} {run}: {got['error']}"[:300])
-    return lines
+    return table.errors(targets)
 
 
 def main() -> None:

@@ -366,31 +366,53 @@ async def _one_relay(
 # -- the report --------------------------------------------------------------------------------
 
 
-def report(targets: list[Relay], size: int, args: argparse.Namespace) -> list[str]:
-    names = [t.name for t in targets]
-    by = {t.name: t.out for t in targets}
-    others = [n for n in names if n != "bare"]
-    w0, w = 40, 10
-    lines = [
-        f"{SESSIONS} distinct Codex sessions (~{size // 1000} KB each), {CONCURRENCY} concurrent streams, "
-        f"each relay alone on one core, {args.seconds:g} s per run",
-        "metric".ljust(w0)
-        + "".join(n.rjust(w) for n in names)
-        + "".join(f"{n}/bare".rjust(w) for n in others),
-    ]
+class RatioTable:
+    """A table of one metric per row and one column per relay, then each relay's ratio to bare's
+    (under_load's and per_core's reports)."""
 
-    def row(label: str, get: Any, digits: int = 1) -> None:
+    def __init__(self, targets: list[Relay], title: str, label_width: int) -> None:
+        self.names = [t.name for t in targets]
+        self._by = {t.name: t.out for t in targets}
+        self._others = [n for n in self.names if n != "bare"]
+        self._w0, self._w = label_width, 10
+        self.lines = [
+            title,
+            "metric".ljust(self._w0)
+            + "".join(n.rjust(self._w) for n in self.names)
+            + "".join(f"{n}/bare".rjust(self._w) for n in self._others),
+        ]
+
+    def row(self, label: str, get: Any, digits: int = 1) -> None:
         vals = {}
-        for n in names:
+        for n in self.names:
             try:
-                vals[n] = float(get(by[n]))
+                vals[n] = float(get(self._by[n]))
             except (KeyError, TypeError):
                 vals[n] = float("nan")
-        cells = [f"{vals[n]:.{digits}f}" for n in names]
+        cells = [f"{vals[n]:.{digits}f}" for n in self.names]
         bare = vals.get("bare")
-        cells += [f"{vals[n] / bare:.2f}x" if bare else "n/a" for n in others]
-        lines.append(label.ljust(w0) + "".join(c.rjust(w) for c in cells))
+        cells += [f"{vals[n] / bare:.2f}x" if bare else "n/a" for n in self._others]
+        self.lines.append(label.ljust(self._w0) + "".join(c.rjust(self._w) for c in cells))
 
+    def errors(self, targets: list[Relay]) -> list[str]:
+        """The table's lines, then what stopped a relay or a run."""
+        for t in targets:
+            if t.out.get("error"):
+                self.lines.append(f"  {t.name} stopped: {t.out['error']}"[:300])
+            for run, got in t.out.items():
+                if isinstance(got, dict) and got.get("error"):
+                    self.lines.append(f"  first error, {t.name} {run}: {got['error']}"[:200])
+        return self.lines
+
+
+def report(targets: list[Relay], size: int, args: argparse.Namespace) -> list[str]:
+    table = RatioTable(
+        targets,
+        f"{SESSIONS} distinct Codex sessions (~{size // 1000} KB each), {CONCURRENCY} concurrent streams, "
+        f"each relay alone on one core, {args.seconds:g} s per run",
+        40,
+    )
+    lines, row = table.lines, table.row
     for run in ("saturated", "paced"):
         lines.append(f"{run}:")
         row("  first token p50 (ms)", lambda o, r=run: o[r]["first_p50"])
@@ -407,13 +429,7 @@ def report(targets: list[Relay], size: int, args: argparse.Namespace) -> list[st
     row("  peak RSS, VmHWM (MB)", lambda o: o["memory"]["peak"] / MB)
     row("  most streams open at once", lambda o: o["memory"]["max_open"], 0)
     row("  failed streams", lambda o: o["memory"]["failed"], 0)
-    for t in targets:
-        if t.out.get("error"):
-            lines.append(f"  {t.name} stopped: {t.out['error']}"[:300])
-        for run, got in t.out.items():
-            if isinstance(got, dict) and got.get("error"):
-                lines.append(f"  first error, {t.name} {run}: {got['error']}"[:200])
-    return lines
+    return table.errors(targets)
 
 
 def main() -> None:
