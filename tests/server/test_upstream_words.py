@@ -17,7 +17,13 @@ import httpx
 import pytest
 
 from codexgate.app import build_app
-from codexgate.backends.http.transport import AiohttpTransport, failure_reason
+from codexgate.backends.http.transport import (
+    AiohttpTransport,
+    ClosedBeforeAnswer,
+    ClosedMidAnswer,
+    NotHttpAnswer,
+    failure_reason,
+)
 from codexgate.config import load_settings
 from tests.server.test_app import terminal
 from tests.support.asgi_client import StreamingASGITransport
@@ -28,7 +34,9 @@ LIBRARY_WORDS = ("ssl:default", "Connect call failed", "Errno", "Cannot connect 
 
 
 @asynccontextmanager
-async def raw_server(handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]) -> AsyncIterator[int]:
+async def raw_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[int]:
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     try:
         yield int(server.sockets[0].getsockname()[1])
@@ -41,7 +49,9 @@ async def ask(upstream: str, *, stream: bool = False) -> httpx.Response:
     transport = AiohttpTransport()
     app = build_app(settings, transport=transport, environ={})
     try:
-        async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=20) as client:
+        async with httpx.AsyncClient(
+            transport=StreamingASGITransport(app), base_url="http://gw", timeout=20
+        ) as client:
             return await client.post("/v1/responses", json={"model": "m", "input": "x", "stream": stream})
     finally:
         await transport.aclose()
@@ -107,7 +117,9 @@ async def test_a_connection_reset_mid_stream_fails_the_response_in_plain_words()
 
     async def reset_mid_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         await writer.drain()
         await asyncio.sleep(0.2)
@@ -132,7 +144,10 @@ def test_a_refused_certificate_says_why() -> None:
     refused.verify_message = "self-signed certificate"
     key = types.SimpleNamespace(host="h", port=443, ssl=True, is_ssl=True)
     error = aiohttp.ClientConnectorCertificateError(key, refused)  # type: ignore[arg-type]
-    assert failure_reason(error, "https://h/v1", 10) == "failed the TLS certificate check: self-signed certificate"
+    assert (
+        failure_reason(error, "https://h/v1", 10)
+        == "failed the TLS certificate check: self-signed certificate"
+    )
 
 
 @pytest.mark.parametrize(
@@ -143,8 +158,19 @@ def test_a_refused_certificate_says_why() -> None:
         (aiohttp.ServerDisconnectedError(), "closed the connection without answering"),
         (aiohttp.ClientPayloadError("Response payload is not completed"), "closed the connection mid-answer"),
         (OSError(113, "No route to host"), "could not be reached: there is no route to h"),
+        # codexgate's own client (backends/http/h1.py) raises the socket's errors as they are
+        (
+            ConnectionRefusedError(111, "Connection refused"),
+            "refused the connection: nothing is listening on h:8000",
+        ),
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "could not be found: the host name h does not resolve (DNS)",
+        ),
+        (ClosedBeforeAnswer(), "closed the connection without answering"),
+        (ClosedMidAnswer(), "closed the connection mid-answer"),
+        (NotHttpAnswer("invalid HTTP status"), "answered with something that is not HTTP"),
     ],
 )
 def test_each_failure_reads_as_words(exc: BaseException, expected: str) -> None:
     assert failure_reason(exc, "http://h:8000/v1", 10) == expected
-

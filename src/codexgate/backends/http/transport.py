@@ -1,7 +1,9 @@
 """The one seam between codexgate and the network: open an HTTP request, read its body.
 
-Backends talk to upstreams only through `Transport`. Production uses `AiohttpTransport`;
-tests plug in a transport that drives an ASGI app in-process (tests/support/asgi_upstream.py).
+Backends talk to upstreams only through `Transport`. Production uses `DefaultTransport`
+(backends/http/h1.py): plain http:// upstreams through codexgate's own HTTP/1.1 client,
+https:// ones through `AiohttpTransport`; tests plug in a transport that drives an ASGI app
+in-process (tests/support/asgi_upstream.py).
 """
 
 from __future__ import annotations
@@ -192,7 +194,20 @@ class AiohttpTransport:
             self._session = None
 
 
-# -- aiohttp's errors in plain words: what failed, never the library's own message
+class ClosedBeforeAnswer(ConnectionError):
+    """The server closed the connection before the answer's status line and headers were in."""
+
+
+class ClosedMidAnswer(ConnectionError):
+    """The server closed the connection before the body's end: a chunked body before its last
+    chunk, a Content-Length body short of its length."""
+
+
+class NotHttpAnswer(ConnectionError):
+    """What the server sent does not parse as an HTTP/1.1 response."""
+
+
+# -- the clients' errors in plain words: what failed, never the library's own message
 
 _TLS_REASONS = {  # OpenSSL's reason codes a user meets, in words
     "WRONG_VERSION_NUMBER": "the server does not speak TLS on this port (is its URL http://, not https://?)",
@@ -229,6 +244,8 @@ def failure_reason(exc: BaseException, url: str, connect_timeout: float) -> str:
     host = parts.hostname or "the host"
     address = f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
     os_error = getattr(exc, "os_error", None)
+    if os_error is None and isinstance(exc, OSError):
+        os_error = exc  # codexgate's own client raises the socket's errors as they are
     number = getattr(exc, "errno", None)
     if isinstance(exc, TimeoutError):
         return f"did not accept a connection within {connect_timeout:g} s (connect_timeout)"
@@ -247,11 +264,11 @@ def failure_reason(exc: BaseException, url: str, connect_timeout: float) -> str:
         return f"could not be reached: there is no route to {host}"
     if number == errno.ECONNRESET or _reset(exc) or isinstance(os_error, ConnectionResetError):
         return "reset the connection"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | ClosedBeforeAnswer):
         return "closed the connection without answering"
-    if isinstance(exc, aiohttp.ClientPayloadError):
+    if isinstance(exc, aiohttp.ClientPayloadError | ClosedMidAnswer):
         return "closed the connection mid-answer"
-    if isinstance(exc, aiohttp.ClientResponseError):
+    if isinstance(exc, aiohttp.ClientResponseError | NotHttpAnswer):
         return "answered with something that is not HTTP"
     return f"could not be reached ({getattr(exc, 'strerror', None) or type(exc).__name__})"
 
