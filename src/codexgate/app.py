@@ -18,8 +18,9 @@ from codexgate.backends.discovery import LOCAL_SERVERS, discover
 from codexgate.backends.embedded.backend import EmbeddedBackend
 from codexgate.backends.embedded.factory import EMBEDDED, build_embedded
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE, EmbeddedFallback, embedded_upstream
+from codexgate.backends.http.h1 import DefaultTransport
 from codexgate.backends.http.tap import TappedTransport
-from codexgate.backends.http.transport import AiohttpTransport, Transport
+from codexgate.backends.http.transport import Transport
 from codexgate.backends.kinds import BackendKind, Building
 from codexgate.backends.log import OnceLog
 from codexgate.backends.responses.factory import RESPONSES
@@ -330,7 +331,7 @@ def build_app(
         settings.allow_unauthenticated, tuple(settings.allowed_hosts), tuple(settings.cors_origins)
     )
     guard = Guard(KeyRing(keys), policy, redactor=redactor, config_file=config_file, environ=environ)
-    transport = transport or AiohttpTransport()
+    transport = transport or DefaultTransport()
     recorder = Recorder.from_settings(settings, redactor)  # None: recording is off
     if recorder is not None:
         transport = TappedTransport(transport)  # only then does a request pass the tap

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from codexgate.app import build_app
+from codexgate.backends.http.h1 import DefaultTransport
 from codexgate.backends.http.transport import (
-    AiohttpTransport,
     ClosedBeforeAnswer,
     ClosedMidAnswer,
     NotHttpAnswer,
@@ -46,7 +46,7 @@ async def raw_server(
 
 async def ask(upstream: str, *, stream: bool = False) -> httpx.Response:
     settings = load_settings({"upstream": upstream, "discover": False, "max_retries": 0}, environ={})
-    transport = AiohttpTransport()
+    transport = DefaultTransport()  # http:// through codexgate's own client, https:// through aiohttp
     app = build_app(settings, transport=transport, environ={})
     try:
         async with httpx.AsyncClient(
