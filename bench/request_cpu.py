@@ -4,10 +4,11 @@
 
 In this process, one request at a time: the relay's ASGI app is given the body (as uvicorn
 gives it, once it is all in) and the clock starts (`time.thread_time`, this thread's CPU); it
-stops at the last write of the upstream request to aiohttp's socket (aiohttp's StreamWriter,
-patched to note it). For codexgate, also the CPU to its transport's `open()`: its own work,
-without aiohttp's. The upstream is the bench's fake one (`UPSTREAM_V1`), which answers one
-text delta at once, so nothing else runs in between.
+stops at the last write of the upstream request to the socket (aiohttp's StreamWriter, and
+codexgate's own HTTP/1.1 client's connection where the tree has it, patched to note it). For
+codexgate, also the CPU to its transport's `open()`: its own work, without the client's. The
+upstream is the bench's fake one (`UPSTREAM_V1`), which answers one text delta at once, so
+nothing else runs in between.
 
 `codexgate` is built as `codexgate serve --upstream UPSTREAM_V1 --no-discover` builds it, with
 the defaults of everything else (the SQLite store under a fresh XDG_DATA_HOME, metrics, the
@@ -53,14 +54,26 @@ class Clock:
         self.given = self.opened = self.written = 0.0
 
     def patch_writer(self) -> None:
-        for name in ("_write", "_writelines"):
-            original = getattr(http_writer.StreamWriter, name)
+        """Note the time each write is called, whichever client writes: aiohttp's StreamWriter,
+        or (in trees that have it) codexgate's own client's connection."""
+        targets: list[tuple[Any, str]] = [
+            (http_writer.StreamWriter, "_write"),
+            (http_writer.StreamWriter, "_writelines"),
+        ]
+        try:
+            from codexgate.backends.http import h1
+        except ImportError:  # a tree before codexgate's own client
+            pass
+        else:
+            targets.append((h1._Connection, "write_request"))
+        for owner, name in targets:
+            original = getattr(owner, name)
 
             def noted(writer: Any, *args: Any, _original: Any = original) -> Any:
                 self.written = time.thread_time()
                 return _original(writer, *args)
 
-            setattr(http_writer.StreamWriter, name, noted)
+            setattr(owner, name, noted)
 
 
 def _scope(size: int) -> dict[str, Any]:
@@ -128,12 +141,15 @@ def codexgate_app(upstream_v1: str, clock: Clock) -> App:
     from codexgate.app import build_app
     from codexgate.cli import _settings_from, build_parser
 
-    try:  # the tree's transport module moved (backends/transport.py before 0c3f...)
-        from codexgate.backends.http.transport import AiohttpTransport
+    try:  # the gateway's default transport: aiohttp's alone before codexgate's own client
+        from codexgate.backends.http.h1 import DefaultTransport as Default
     except ImportError:
-        from codexgate.backends.transport import AiohttpTransport  # type: ignore[no-redef]
+        try:  # the tree's transport module moved (backends/transport.py before 0c3f...)
+            from codexgate.backends.http.transport import AiohttpTransport as Default  # type: ignore[assignment]
+        except ImportError:
+            from codexgate.backends.transport import AiohttpTransport as Default  # type: ignore[no-redef]
 
-    class Noted(AiohttpTransport):  # type: ignore[misc, valid-type]
+    class Noted(Default):  # type: ignore[misc, valid-type]
         async def open(self, *args: Any, **kwargs: Any) -> Any:
             clock.opened = time.thread_time()
             return await super().open(*args, **kwargs)
