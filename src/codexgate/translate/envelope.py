@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, unavailable_metadata
-from codexgate.translate.history_memo import SameAsRecent
+from codexgate.wire.recent import SameAsRecent
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others

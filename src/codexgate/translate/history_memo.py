@@ -1,7 +1,6 @@
 """A bounded memory of recent values, for what the gateway remembers between a conversation's
 turns: the Responses face's checked request (server/faces/responses.py) and the chat backend's
-translated history (translate/chat_upstream/request.py); and, across conversations, what the
-same tool list becomes (`SameAsRecent`).
+translated history (translate/chat_upstream/request.py).
 
 Codex re-sends the whole conversation every turn, so the gateway keeps the last request of
 each conversation to skip re-checking and re-translating the part it has seen. Clients choose
@@ -13,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -62,32 +61,3 @@ class Memo(Generic[V]):
         while self._weight > self.max_weight or len(self._entries) > self.max_entries:
             _, (_, dropped) = self._entries.popitem(last=False)
             self._weight -= dropped
-
-
-class SameAsRecent(Generic[V]):
-    """What a value computed from an unhashable key (a tool list) became, for the last few
-    distinct keys, found by equality. Every Codex session of one version and configuration
-    sends the same tools, so a new conversation's tools are almost always the ones just seen:
-    comparing them (C code) costs a fraction of reading them again.
-
-    Keys are held as given: callers must not change them afterwards (decoded request parts
-    are not changed by the gateway). Values are shared between requests, so they must be
-    treated as read-only."""
-
-    def __init__(self, size: int = 4) -> None:
-        self._size = size
-        self._recent: list[tuple[Any, V]] = []
-
-    def find(self, key: Any) -> V | None:
-        recent = self._recent
-        for index, (known, value) in enumerate(recent):
-            if known is key or known == key:
-                if index:  # the most recent first: the next lookup is one comparison
-                    recent.insert(0, recent.pop(index))
-                return value
-        return None
-
-    def add(self, key: Any, value: V) -> V:
-        self._recent.insert(0, (key, value))
-        del self._recent[self._size :]
-        return value

@@ -21,9 +21,9 @@ from codexgate.translate.chat_upstream.messages import (
 )
 from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.dialect import ChatDialect
-from codexgate.translate.history_memo import SameAsRecent
 from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
+from codexgate.wire.recent import SameAsRecent
 from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
