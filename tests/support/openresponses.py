@@ -37,6 +37,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
@@ -335,9 +336,15 @@ def _response_errors(resource: Any) -> list[ValidationError]:
     return errors
 
 
+def as_sent(value: Any) -> Any:
+    """`value` as a client reads it: encoded and decoded again (the gateway's events may hold
+    parts already encoded, `orjson.Fragment`, which only take their JSON shape on the wire)."""
+    return orjson.loads(orjson.dumps(value))
+
+
 def validate_response(resource: dict[str, Any]) -> None:
     """Assert that ``resource`` is a valid Open Responses ``ResponseResource``."""
-    errors = _response_errors(resource)
+    errors = _response_errors(as_sent(resource))
     if errors:
         raise AssertionError(_format_errors("ResponseResource is invalid", errors))
 
@@ -382,6 +389,7 @@ def _event_errors(event: Any) -> tuple[str, list[ValidationError]]:
 
 def validate_event(event: dict[str, Any]) -> None:
     """Assert that ``event`` is a valid streaming event of a type the spec (or allow-list) knows."""
+    event = as_sent(event)
     label, errors = _event_errors(event)
     if errors:
         raise AssertionError(
@@ -751,6 +759,7 @@ def validate_stream(events: Sequence[dict[str, Any]]) -> None:
     """
     if not events:
         raise AssertionError("stream is empty")
+    events = [as_sent(event) for event in events]
     schema_problems: list[str] = []
     for i, ev in enumerate(events):
         try:

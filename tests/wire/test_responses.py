@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from codexgate.errors import InvalidRequest
@@ -151,3 +152,18 @@ def test_the_spec_fields_are_accepted_with_their_documented_values() -> None:
         )
     )
     assert req.extra["truncation"] == "auto" and req.extra["safety_identifier"] == "user-1"
+
+
+def test_a_tool_list_checked_lately_is_shared_by_the_next_conversation() -> None:
+    # Every Codex session sends the same tools: a new conversation's are one comparison, and
+    # the request holds the list checked before (what is made of it is then found by identity).
+    first = parse_request(orjson.loads(orjson.dumps(codex_body())))
+    again = parse_request(orjson.loads(orjson.dumps(codex_body())))
+    assert first.tools and again.tools is first.tools
+
+
+def test_a_tool_list_unlike_those_seen_is_checked_in_full() -> None:
+    parse_request(orjson.loads(orjson.dumps(codex_body())))
+    tools = orjson.loads(orjson.dumps(codex_body()["tools"]))
+    tools[-1] = {"type": "function", "name": ""}  # the same list but for its last tool
+    assert refused_param(body(tools=tools)) == f"tools[{len(tools) - 1}].name"

@@ -173,7 +173,7 @@ class Turn:
         self.user = user
         tools = getattr(req, "tools", None) or []
         self.tool_count = len(tools)
-        self.tools = [_clip(_tool_name(tool), _NAME_LIMIT) or "?" for tool in tools[:MAX_TOOLS]]
+        self.tools = _tool_names(tools)
         self.rev += 1
         return Seen(len(items), user)
 
@@ -315,6 +315,21 @@ def _output_text(output: Any) -> str:
         images = sum(1 for part in output if isinstance(part, dict) and part.get("type") == "input_image")
         return text + (f"\n[{images} image(s)]" if images else "")
     return "" if output is None else _json_text(output)
+
+
+_last_names: tuple[Any, list[str]] = (None, [])
+
+
+def _tool_names(tools: list[Any]) -> list[str]:
+    """The names listed for `tools` (read-only: shared). Requests whose tools were the same as
+    a recent request's hold that request's list (wire/responses.py), so the last list's names
+    are found by identity."""
+    global _last_names
+    known, names = _last_names
+    if tools is not known:
+        names = [_clip(_tool_name(tool), _NAME_LIMIT) or "?" for tool in tools[:MAX_TOOLS]]
+        _last_names = (tools, names)
+    return names
 
 
 def _tool_name(tool: Any) -> str:

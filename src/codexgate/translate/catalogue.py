@@ -148,6 +148,7 @@ class ToolCatalogue:
     unavailable: list[str] = field(default_factory=list)  # hosted or unknown kinds, once each
     skipped: list[str] = field(default_factory=list)  # every kind left out, and name clashes
     _by_client_name: dict[tuple[str | None, str], ToolSpec] = field(default_factory=dict)
+    _schemas: dict[str, dict[str, Any] | None] | None = None  # made once: shared by requests
 
     def resolve(self, model_name: str) -> ToolSpec:
         """The tool a model called by the name it was shown; an unknown name is a plain
@@ -173,14 +174,18 @@ class ToolCatalogue:
     @property
     def schemas(self) -> dict[str, dict[str, Any] | None]:
         """Model name -> JSON schema of its arguments as a function, for the stages that read
-        tool calls written as text and repair arguments."""
-        return {name: spec.parameters for name, spec in self.specs.items()}
+        tool calls written as text and repair arguments. Read-only: a catalogue is shared by
+        the requests whose tools are the same."""
+        if self._schemas is None:
+            self._schemas = {name: spec.parameters for name, spec in self.specs.items()}
+        return self._schemas
 
     def add(self, spec: ToolSpec) -> None:
         if spec.model_name in self.specs:  # a clash after sanitising: keep the first
             self.skipped.append(f"duplicate:{spec.model_name}")
             return
         self.specs[spec.model_name] = spec
+        self._schemas = None
         self._by_client_name.setdefault((spec.namespace, spec.name), spec)
 
     def leave_out(self, kind: str) -> None:

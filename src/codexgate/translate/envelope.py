@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, unavailable_metadata
+from codexgate.wire.recent import SameAsRecent
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others
@@ -31,6 +32,18 @@ def _echo_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return echoed
+
+
+# The tools' echo, encoded: a new conversation's tools are nearly always the last one's.
+_RECENT_ECHOES: SameAsRecent[orjson.Fragment] = SameAsRecent()
+
+
+def _encoded_tools_echo(tools: list[dict[str, Any]]) -> orjson.Fragment:
+    """The echo of `tools` as encoded JSON, shared by the streams whose tools are the same."""
+    found = _RECENT_ECHOES.find(tools)
+    if found is None:
+        found = _RECENT_ECHOES.add(tools, orjson.Fragment(orjson.dumps(_echo_tools(tools))))
+    return found
 
 
 def _echo_tool_choice(choice: Any) -> Any:
@@ -72,14 +85,19 @@ def _echo_text(text: Any) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """Everything about a response that is fixed when it starts. `request_echo` is the echo of
-    the request's parameters as encoded JSON (an object): a stream holds it from its first
-    event to its last, and as bytes the instructions and tools take half the memory of their
-    decoded values (a Codex request: ~13 KB against ~23 KB), for ~20 us per use."""
+    the request's parameters as encoded JSON (an object) but for its three largest: a stream
+    holds it from its first event to its last, and as bytes it takes half the memory of its
+    decoded value. `lead` holds those three: the previous response's id, the instructions
+    (the request's own string) and the tools' echo, encoded once and shared by every stream
+    with the same tools (a Codex request's ~10 KB of tools are then not decoded and encoded
+    again for each event that carries the response: `response.created`, `.in_progress`,
+    `.completed`)."""
 
     response_id: str
     created_at: int
     model: str
     request_echo: bytes
+    lead: tuple[str | None, str | None, orjson.Fragment] | None = None
 
     @classmethod
     def for_request(
@@ -105,9 +123,6 @@ class Envelope:
                 "summary": summary if summary in _SUMMARIES else None,
             }
         echo = {
-            "previous_response_id": req.previous_response_id,
-            "instructions": req.instructions,
-            "tools": _echo_tools(req.tools),
             "tool_choice": _echo_tool_choice(req.tool_choice),
             "truncation": "disabled",
             "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
@@ -127,8 +142,9 @@ class Envelope:
             "safety_identifier": None,
             "prompt_cache_key": req.prompt_cache_key,
         }
+        lead = (req.previous_response_id, req.instructions, _encoded_tools_echo(req.tools))
         # A copy of the exact size: orjson's result may keep the larger buffer it grew into.
-        return cls(response_id, created_at, req.model, bytes(memoryview(orjson.dumps(echo))))
+        return cls(response_id, created_at, req.model, bytes(memoryview(orjson.dumps(echo))), lead)
 
     def resource(
         self,
@@ -140,6 +156,8 @@ class Envelope:
         incomplete_reason: str | None = None,
         completed_at: int | None = None,
     ) -> dict[str, Any]:
+        """The response object. Its `tools` is an `orjson.Fragment` (encoded JSON) when the
+        envelope was made for a request: the resource is only ever encoded, never read back."""
         resource = {
             "id": self.response_id,
             "object": "response",
@@ -152,6 +170,11 @@ class Envelope:
             "error": error,
             "usage": usage,
         }
+        if self.lead is not None:
+            previous, instructions, tools = self.lead
+            resource["previous_response_id"] = previous
+            resource["instructions"] = instructions
+            resource["tools"] = tools
         resource.update(orjson.loads(self.request_echo))
         return resource
 

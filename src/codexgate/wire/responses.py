@@ -27,6 +27,7 @@ from codexgate.wire.checks import (
     is_tool_choice_mode,
     stop_sequences,
 )
+from codexgate.wire.recent import SameAsRecent
 
 Item = dict[str, Any]
 
@@ -201,14 +202,16 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     ~1 ms). Raises InvalidRequest naming the parameter."""
     model = check_model(data)
     raw_input = data.get("input")
-    raw_tools = data.get("tools")
-    known_items, known_tools = _check_new_depth(data, raw_input, raw_tools, earlier)
+    raw_tools, known_tools = _known_tools(data.get("tools"), earlier)
+    known_items = _check_new_depth(data, raw_input, known_tools, earlier)
     for name, why in _REFUSED_FIELDS.items():
         if data.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: {why}.", param=name)
     items = _input_items(raw_input, known_items)
     tools = raw_tools or []
     tool_choice = _check_fields(data, tools, known_tools)
+    if tools and not known_tools:
+        _CHECKED_TOOLS.add(tools, tools)
     stop = stop_sequences(data.get("stop"))
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
@@ -240,16 +243,32 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     return req, known_items
 
 
+# Tool lists checked lately. Every Codex session of one version and configuration sends the
+# same ~10 KB of tools: a new conversation's are then one comparison, not a walk, and the
+# request holds the list checked before, so what is made of it later (the chat functions,
+# the response's echo) is found by identity.
+_CHECKED_TOOLS: SameAsRecent[list[Any]] = SameAsRecent()
+
+
+def _known_tools(raw_tools: Any, earlier: ResponsesRequest | None) -> tuple[Any, bool]:
+    """`raw_tools`, or the equal list checked before (the conversation's earlier request's, or
+    another conversation's lately), and whether it was."""
+    if type(raw_tools) is not list or not raw_tools:
+        return raw_tools, False
+    if earlier is not None and raw_tools == earlier.tools:
+        return earlier.tools, True
+    checked = _CHECKED_TOOLS.find(raw_tools)
+    return (checked, True) if checked is not None else (raw_tools, False)
+
+
 def _check_new_depth(
-    data: dict[str, Any], raw_input: Any, raw_tools: Any, earlier: ResponsesRequest | None
-) -> tuple[int, bool]:
-    """How many leading input items equal `earlier`'s, and whether its tools are the same.
-    What is new is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
+    data: dict[str, Any], raw_input: Any, known_tools: bool, earlier: ResponsesRequest | None
+) -> int:
+    """How many leading input items equal `earlier`'s. What is new (the tools unless
+    `known_tools`) is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
     known_items = 0
-    known_tools = False
     if earlier is not None and isinstance(raw_input, list):
         known_items = _common_prefix(raw_input, earlier.input)
-        known_tools = isinstance(raw_tools, list) and raw_tools == earlier.tools
     if known_items or known_tools:
         unchecked = dict(data)
         if known_items and isinstance(raw_input, list):
@@ -259,7 +278,7 @@ def _check_new_depth(
         check_depth(unchecked)
     else:
         check_depth(data)
-    return known_items, known_tools
+    return known_items
 
 
 def _input_items(raw_input: Any, known_items: int) -> list[Item]:
