@@ -34,8 +34,14 @@ def refused_param(data: dict[str, Any]) -> str | None:
         ([{"type": "function", "name": "a"}, {"type": "custom"}], "tools[1].name"),
         ([{"type": "custom", "name": "c", "format": {"syntax": "lark"}}], "tools[0].format.type"),
         ([{"type": "custom", "name": "c", "format": {"type": "regexp"}}], "tools[0].format.type"),
-        ([{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "lark"}}], "tools[0].format.definition"),
-        ([{"type": "custom", "name": "c", "format": {"type": "grammar", "definition": "start: x"}}], "tools[0].format.syntax"),
+        (
+            [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "lark"}}],
+            "tools[0].format.definition",
+        ),
+        (
+            [{"type": "custom", "name": "c", "format": {"type": "grammar", "definition": "start: x"}}],
+            "tools[0].format.syntax",
+        ),
         ([{"type": "namespace", "tools": []}], "tools[0].name"),
         ([{"type": "namespace", "name": "ns", "tools": [{"type": "function"}]}], "tools[0].tools[0].name"),
         ([{"type": "namespace", "name": "ns", "tools": [{"description": "x"}]}], "tools[0].tools[0].name"),
@@ -48,7 +54,10 @@ def test_a_tool_without_what_it_is_read_by_is_refused_naming_it(tools: list[Any]
 
 
 def test_tools_of_additional_tools_items_are_held_to_the_same() -> None:
-    item = {"type": "additional_tools", "tools": [{"type": "namespace", "name": "f", "tools": [{"type": "custom"}]}]}
+    item = {
+        "type": "additional_tools",
+        "tools": [{"type": "namespace", "name": "f", "tools": [{"type": "custom"}]}],
+    }
     assert refused_param(body(input=[item])) == "input[0].tools[0].tools[0].name"
 
 
@@ -107,7 +116,9 @@ def test_fields_without_a_canonical_slot_are_still_type_checked(fields: dict[str
         ({"top_logprobs": 5}, "top_logprobs"),
     ],
 )
-def test_logprobs_no_backend_carries_back_are_refused_not_left_out(fields: dict[str, Any], param: str) -> None:
+def test_logprobs_no_backend_carries_back_are_refused_not_left_out(
+    fields: dict[str, Any], param: str
+) -> None:
     assert refused_param(body(**fields)) == param
 
 
@@ -128,7 +139,15 @@ def test_file_and_image_parts_have_string_fields(part: dict[str, Any], param: st
 def test_every_field_codex_sends_passes_and_stays_where_backends_read_it() -> None:
     data = codex_body(
         service_tier="priority",
-        text={"verbosity": "low", "format": {"type": "json_schema", "name": "codex_output_schema", "strict": True, "schema": {"type": "object"}}},
+        text={
+            "verbosity": "low",
+            "format": {
+                "type": "json_schema",
+                "name": "codex_output_schema",
+                "strict": True,
+                "schema": {"type": "object"},
+            },
+        },
         reasoning={"effort": "low", "summary": "auto", "context": "all_turns"},
     )
     req = parse_request(data)
@@ -154,16 +173,22 @@ def test_the_spec_fields_are_accepted_with_their_documented_values() -> None:
     assert req.extra["truncation"] == "auto" and req.extra["safety_identifier"] == "user-1"
 
 
-def test_a_tool_list_checked_lately_is_shared_by_the_next_conversation() -> None:
-    # Every Codex session sends the same tools: a new conversation's are one comparison, and
-    # the request holds the list checked before (what is made of it is then found by identity).
+def test_tools_checked_lately_are_shared_by_the_next_conversation() -> None:
+    # Every Codex session sends the same tools, each perhaps with its own MCP tools besides: a
+    # tool checked lately is one comparison, and the request holds the tool checked before
+    # (what is made of it is then found by identity).
     first = parse_request(orjson.loads(orjson.dumps(codex_body())))
-    again = parse_request(orjson.loads(orjson.dumps(codex_body())))
-    assert first.tools and again.tools is first.tools
+    own = {"type": "function", "name": "mcp__notes__search", "parameters": {"type": "object"}}
+    again = parse_request(
+        orjson.loads(orjson.dumps({**codex_body(), "tools": [*codex_body()["tools"], own]}))
+    )
+    assert first.tools and all(a is b for a, b in zip(again.tools, first.tools, strict=False))
+    assert again.tools[-1] == own
 
 
-def test_a_tool_list_unlike_those_seen_is_checked_in_full() -> None:
+def test_a_tool_unlike_those_seen_is_checked_in_full() -> None:
     parse_request(orjson.loads(orjson.dumps(codex_body())))
     tools = orjson.loads(orjson.dumps(codex_body()["tools"]))
-    tools[-1] = {"type": "function", "name": ""}  # the same list but for its last tool
-    assert refused_param(body(tools=tools)) == f"tools[{len(tools) - 1}].name"
+    index = next(i for i, tool in enumerate(tools) if tool["type"] == "function")
+    tools[index]["parameters"] = "not a schema"  # a name seen lately, a tool not
+    assert refused_param(body(tools=tools)) == f"tools[{index}].parameters"

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from codexgate.wire.recent import SameObject
+
 __all__ = [
     "ADDITIONAL_TOOLS",
     "CUSTOM_INPUT_PARAM",
@@ -208,41 +210,57 @@ def catalogue_of(tools: Iterable[Mapping[str, Any]]) -> ToolCatalogue:
     left out and named in `unavailable`."""
     catalogue = ToolCatalogue()
     for tool in tools:
-        kind = tool.get("type")
-        if kind == "function":
-            name = tool.get("name") or (tool.get("function") or {}).get("name")
-            if isinstance(name, str):
-                catalogue.add(_function_spec(tool, name, None))
-        elif kind == "custom":
-            if isinstance(tool.get("name"), str):
-                catalogue.add(_custom_spec(tool, None))
-        elif kind == "namespace":
-            namespace = tool.get("name")
-            for sub in tool.get("tools") or ():
-                if not isinstance(sub, dict) or not isinstance(sub.get("name"), str):
-                    continue
-                sub_kind = sub.get("type", "function")
-                if sub_kind == "custom":
-                    catalogue.add(_custom_spec(sub, namespace))
-                elif sub_kind == "function":
-                    catalogue.add(_function_spec(sub, sub["name"], namespace))
-                else:
-                    catalogue.leave_out(f"{namespace}.{sub_kind}")
-        elif kind == "tool_search" and tool.get("execution", "client") == "client":
-            parameters = tool.get("parameters") or TOOL_SEARCH_PARAMETERS
-            description = tool.get("description") or _TOOL_SEARCH_DESCRIPTION
-            catalogue.add(
-                ToolSpec("tool_search", TOOL_SEARCH_NAME, None, TOOL_SEARCH_NAME, description,
-                         clean_schema(parameters), source=tool)
-            )  # fmt: skip
-        elif kind == "local_shell":
-            catalogue.add(
-                ToolSpec("local_shell", LOCAL_SHELL_NAME, None, LOCAL_SHELL_NAME, _LOCAL_SHELL_DESCRIPTION,
-                         LOCAL_SHELL_PARAMETERS, source=tool)
-            )  # fmt: skip
-        else:
-            catalogue.leave_out(str(kind))
+        entries = _ENTRIES.get(tool)
+        if entries is None:
+            entries = _ENTRIES.put(tool, _entries_of(tool))
+        for entry in entries:
+            if isinstance(entry, str):
+                catalogue.leave_out(entry)
+            else:
+                catalogue.add(entry)
     return catalogue
+
+
+# A tool's entries, by the tool object: a request's tool checked lately is the object checked
+# then (wire/recent.py), so the tools Codex sessions share are read once.
+_ENTRIES: SameObject[tuple[ToolSpec | str, ...]] = SameObject()
+
+
+def _entries_of(tool: Mapping[str, Any]) -> tuple[ToolSpec | str, ...]:
+    """What one client tool adds to a catalogue: its specs, or the kinds it leaves out."""
+    kind = tool.get("type")
+    if kind == "function":
+        name = tool.get("name") or (tool.get("function") or {}).get("name")
+        return (_function_spec(tool, name, None),) if isinstance(name, str) else ()
+    if kind == "custom":
+        return (_custom_spec(tool, None),) if isinstance(tool.get("name"), str) else ()
+    if kind == "namespace":
+        namespace = tool.get("name")
+        entries: list[ToolSpec | str] = []
+        for sub in tool.get("tools") or ():
+            if not isinstance(sub, dict) or not isinstance(sub.get("name"), str):
+                continue
+            sub_kind = sub.get("type", "function")
+            if sub_kind == "custom":
+                entries.append(_custom_spec(sub, namespace))
+            elif sub_kind == "function":
+                entries.append(_function_spec(sub, sub["name"], namespace))
+            else:
+                entries.append(f"{namespace}.{sub_kind}")
+        return tuple(entries)
+    if kind == "tool_search" and tool.get("execution", "client") == "client":
+        parameters = tool.get("parameters") or TOOL_SEARCH_PARAMETERS
+        description = tool.get("description") or _TOOL_SEARCH_DESCRIPTION
+        return (
+            ToolSpec("tool_search", TOOL_SEARCH_NAME, None, TOOL_SEARCH_NAME, description,
+                     clean_schema(parameters), source=tool),
+        )  # fmt: skip
+    if kind == "local_shell":
+        return (
+            ToolSpec("local_shell", LOCAL_SHELL_NAME, None, LOCAL_SHELL_NAME, _LOCAL_SHELL_DESCRIPTION,
+                     LOCAL_SHELL_PARAMETERS, source=tool),
+        )  # fmt: skip
+    return (str(kind),)
 
 
 def _function_spec(tool: Mapping[str, Any], name: str, namespace: str | None) -> ToolSpec:

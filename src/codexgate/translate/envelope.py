@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, unavailable_metadata
-from codexgate.wire.recent import SameAsRecent
+from codexgate.wire.recent import SameObject
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others
@@ -34,16 +34,36 @@ def _echo_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return echoed
 
 
-# The tools' echo, encoded: a new conversation's tools are nearly always the last one's.
-_RECENT_ECHOES: SameAsRecent[orjson.Fragment] = SameAsRecent()
+# Each tool's echo, encoded, by the tool object: a request's tool checked lately is the object
+# checked then (wire/recent.py), so the tools Codex sessions share are encoded once.
+_ECHOES: SameObject[bytes] = SameObject()
 
 
 def _encoded_tools_echo(tools: list[dict[str, Any]]) -> orjson.Fragment:
-    """The echo of `tools` as encoded JSON, shared by the streams whose tools are the same."""
-    found = _RECENT_ECHOES.find(tools)
-    if found is None:
-        found = _RECENT_ECHOES.add(tools, orjson.Fragment(orjson.dumps(_echo_tools(tools))))
-    return found
+    """The echo of `tools` as encoded JSON, made of each tool's (b"" for one not echoed); the
+    same Fragment for the same tool objects (a conversation's turns, sessions alike)."""
+    key = tuple(map(id, tools))
+    known = _LISTS.get(key)
+    if known is not None:
+        return known[1]
+    pieces = []
+    for tool in tools:
+        piece = _ECHOES.get(tool)
+        if piece is None:
+            echoed = _echo_tools([tool])
+            # A copy of the exact size: orjson's result may keep the larger buffer it grew into.
+            piece = _ECHOES.put(tool, bytes(memoryview(orjson.dumps(echoed[0]))) if echoed else b"")
+        if piece:
+            pieces.append(piece)
+    fragment = orjson.Fragment(b"[" + b",".join(pieces) + b"]")
+    if len(_LISTS) >= _LIST_LIMIT:
+        _LISTS.clear()
+    _LISTS[key] = (tuple(tools), fragment)  # the tools held: their ids stay theirs
+    return fragment
+
+
+_LIST_LIMIT = 256
+_LISTS: dict[tuple[int, ...], tuple[tuple[Any, ...], orjson.Fragment]] = {}
 
 
 def _echo_tool_choice(choice: Any) -> Any:

@@ -1,5 +1,11 @@
-"""What values computed from an unhashable key (a tool list) became, for the last few distinct
-keys, found by equality. No I/O, no clock."""
+"""Tools seen lately, shared by the requests that send the same: every Codex session of one
+version and configuration sends the same ~10 KB of tools, each session perhaps with its own
+MCP tools besides. No I/O, no clock.
+
+wire/responses.py keeps the tools it checked lately (`CheckedTools`): a request's tool equal
+to one of them (one comparison, C code) is not checked again, and the request holds the tool
+checked before. What is made of a tool later (its catalogue entry, its chat function, its echo
+in the response) is then found by that object's identity (`SameObject`)."""
 
 from __future__ import annotations
 
@@ -7,31 +13,57 @@ from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
+_LIMIT = 1024  # tools remembered at most (a few Codex versions and many MCP servers' tools)
 
-class SameAsRecent(Generic[V]):
-    """What a value computed from an unhashable key (a tool list) became, for the last few
-    distinct keys, found by equality. Every Codex session of one version and configuration
-    sends the same tools, so a new conversation's tools are almost always the ones just seen:
-    comparing them (C code) costs a fraction of reading them again.
 
-    Keys are held as given: callers must not change them afterwards (decoded request parts
-    are not changed by the gateway). Values are shared between requests, so they must be
-    treated as read-only."""
+class CheckedTools:
+    """Tools checked lately, by type and name. Held as given: the gateway does not change a
+    decoded request's tools, and every use of them reads only."""
 
-    def __init__(self, size: int = 4) -> None:  # a few Codex versions or configurations at once
-        self._size = size
-        self._recent: list[tuple[Any, V]] = []
+    def __init__(self, limit: int = _LIMIT) -> None:
+        self._limit = limit
+        self._by_name: dict[tuple[str, str | None], dict[str, Any]] = {}
 
-    def find(self, key: Any) -> V | None:
-        recent = self._recent
-        for index, (known, value) in enumerate(recent):
-            if known is key or known == key:
-                if index:  # the most recent first: the next lookup is one comparison
-                    recent.insert(0, recent.pop(index))
-                return value
+    def find(self, tool: Any) -> dict[str, Any] | None:
+        """The tool checked lately that equals `tool`, or None."""
+        key = _key(tool)
+        known = self._by_name.get(key) if key is not None else None
+        return known if known is not None and (known is tool or known == tool) else None
+
+    def add(self, tool: dict[str, Any]) -> None:
+        """`tool` passed every check."""
+        key = _key(tool)
+        if key is None:
+            return
+        if len(self._by_name) >= self._limit:
+            self._by_name.clear()  # a client sending ever new tools: start again
+        self._by_name[key] = tool
+
+
+def _key(tool: Any) -> tuple[str, str | None] | None:
+    """A tool's type and name when it is a tool with a type (anything else is never known)."""
+    if type(tool) is not dict:
         return None
+    kind, name = tool.get("type"), tool.get("name")
+    if type(kind) is not str:
+        return None
+    return kind, name if type(name) is str else None
 
-    def add(self, key: Any, value: V) -> V:
-        self._recent.insert(0, (key, value))
-        del self._recent[self._size :]
+
+class SameObject(Generic[V]):
+    """Values made from objects, found by the object's identity. The object is held with its
+    value, so its id cannot be another object's while it is here."""
+
+    def __init__(self, limit: int = _LIMIT) -> None:
+        self._limit = limit
+        self._by_id: dict[int, tuple[Any, V]] = {}
+
+    def get(self, obj: Any) -> V | None:
+        found = self._by_id.get(id(obj))
+        return found[1] if found is not None and found[0] is obj else None
+
+    def put(self, obj: Any, value: V) -> V:
+        if len(self._by_id) >= self._limit:
+            self._by_id.clear()
+        self._by_id[id(obj)] = (obj, value)
         return value

@@ -27,7 +27,7 @@ from codexgate.wire.checks import (
     is_tool_choice_mode,
     stop_sequences,
 )
-from codexgate.wire.recent import SameAsRecent
+from codexgate.wire.recent import CheckedTools
 
 Item = dict[str, Any]
 
@@ -202,16 +202,14 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     ~1 ms). Raises InvalidRequest naming the parameter."""
     model = check_model(data)
     raw_input = data.get("input")
-    raw_tools, known_tools = _known_tools(data.get("tools"), earlier)
-    known_items = _check_new_depth(data, raw_input, known_tools, earlier)
+    raw_tools, fresh_tools = _known_tools(data.get("tools"), earlier)
+    known_items = _check_new_depth(data, raw_input, raw_tools, fresh_tools, earlier)
     for name, why in _REFUSED_FIELDS.items():
         if data.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: {why}.", param=name)
     items = _input_items(raw_input, known_items)
     tools = raw_tools or []
-    tool_choice = _check_fields(data, tools, known_tools)
-    if tools and not known_tools:
-        _CHECKED_TOOLS.add(tools, tools)
+    tool_choice = _check_fields(data, tools, fresh_tools)
     stop = stop_sequences(data.get("stop"))
     max_output_tokens = data.get("max_output_tokens")
     if max_output_tokens is not None and max_output_tokens < 1:
@@ -243,38 +241,50 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     return req, known_items
 
 
-# Tool lists checked lately. Every Codex session of one version and configuration sends the
-# same ~10 KB of tools: a new conversation's are then one comparison, not a walk, and the
-# request holds the list checked before, so what is made of it later (the chat functions,
-# the response's echo) is found by identity.
-_CHECKED_TOOLS: SameAsRecent[list[Any]] = SameAsRecent()
+# Tools checked lately (wire/recent.py): a request's tool equal to one is not checked again.
+_CHECKED_TOOLS = CheckedTools()
 
 
-def _known_tools(raw_tools: Any, earlier: ResponsesRequest | None) -> tuple[Any, bool]:
-    """`raw_tools`, or the equal list checked before (the conversation's earlier request's, or
-    another conversation's lately), and whether it was."""
+def _known_tools(raw_tools: Any, earlier: ResponsesRequest | None) -> tuple[Any, list[int] | None]:
+    """`raw_tools` with each tool checked lately replaced by that tool (the whole list by the
+    conversation's earlier request's when they are equal), and the positions of the tools
+    still to check (None: all, `raw_tools` not being a list of tools)."""
     if type(raw_tools) is not list or not raw_tools:
-        return raw_tools, False
+        return raw_tools, None
     if earlier is not None and raw_tools == earlier.tools:
-        return earlier.tools, True
-    checked = _CHECKED_TOOLS.find(raw_tools)
-    return (checked, True) if checked is not None else (raw_tools, False)
+        return earlier.tools, []
+    tools: list[Any] = []
+    fresh: list[int] = []
+    find = _CHECKED_TOOLS.find
+    for index, tool in enumerate(raw_tools):
+        known = find(tool)
+        if known is None:
+            fresh.append(index)
+            tools.append(tool)
+        else:
+            tools.append(known)
+    return tools, fresh
 
 
 def _check_new_depth(
-    data: dict[str, Any], raw_input: Any, known_tools: bool, earlier: ResponsesRequest | None
+    data: dict[str, Any],
+    raw_input: Any,
+    tools: Any,
+    fresh_tools: list[int] | None,
+    earlier: ResponsesRequest | None,
 ) -> int:
-    """How many leading input items equal `earlier`'s. What is new (the tools unless
-    `known_tools`) is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
+    """How many leading input items equal `earlier`'s. What is new (of the tools, those at
+    `fresh_tools`) is checked for depth: raises InvalidRequest (check_depth) for too deep a part."""
     known_items = 0
     if earlier is not None and isinstance(raw_input, list):
         known_items = _common_prefix(raw_input, earlier.input)
+    known_tools = fresh_tools is not None and len(fresh_tools) < len(tools)
     if known_items or known_tools:
         unchecked = dict(data)
         if known_items and isinstance(raw_input, list):
             unchecked["input"] = raw_input[known_items:]
-        if known_tools:
-            unchecked["tools"] = None
+        if known_tools and fresh_tools is not None:
+            unchecked["tools"] = [tools[index] for index in fresh_tools]
         check_depth(unchecked)
     else:
         check_depth(data)
@@ -297,9 +307,10 @@ def _input_items(raw_input: Any, known_items: int) -> list[Item]:
     return raw_input
 
 
-def _check_fields(data: dict[str, Any], tools: list[Any], known_tools: bool) -> Any:
-    """The other fields: their JSON types, then the tools (unless `known_tools`: the same as
-    an earlier request's) and the objects the translators read. Returns `tool_choice`."""
+def _check_fields(data: dict[str, Any], tools: list[Any], fresh_tools: list[int] | None) -> Any:
+    """The other fields: their JSON types, then the tools (those at `fresh_tools`, None: all;
+    the others were checked lately) and the objects the translators read. Returns
+    `tool_choice`."""
     for name, expected in _TYPED_FIELDS.items():
         value = data.get(name)
         if value is not None:
@@ -308,10 +319,12 @@ def _check_fields(data: dict[str, Any], tools: list[Any], known_tools: bool) -> 
         if data.get(name) is not None:
             check_type(data[name], kind, name)
     _validate_extras(data)
-    if not known_tools:
-        for index, tool in enumerate(tools):
-            if not _common_tool(tool):  # then the full checks, which name what is wrong
-                _validate_tool(tool, f"tools[{index}]")
+    for index in range(len(tools)) if fresh_tools is None else fresh_tools:
+        tool = tools[index]
+        if not _common_tool(tool):  # then the full checks, which name what is wrong
+            _validate_tool(tool, f"tools[{index}]")
+    for index in fresh_tools or ():
+        _CHECKED_TOOLS.add(tools[index])
     tool_choice = data.get("tool_choice", "auto")
     if tool_choice is not None:
         _validate_tool_choice(tool_choice)

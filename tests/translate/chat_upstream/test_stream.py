@@ -23,7 +23,7 @@ from codexgate.translate.cuts import cut_ids
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.wire.responses import parse_request
-from tests.support.openresponses import TERMINAL_EVENT_TYPES, validate_stream
+from tests.support.openresponses import TERMINAL_EVENT_TYPES, as_sent, validate_stream
 from tests.support.turns import chat_translator, fold, sse_of, translate_sse
 
 Event = dict[str, Any]
@@ -90,7 +90,9 @@ def pieces(data: bytes, size: int | None) -> Iterator[bytes]:
 
 
 def run_fixture(name: str, split: int | None = None) -> list[Event]:
-    return translate_bytes((FIXTURES_DIR / name).read_bytes(), split)
+    """The fixture's events as a client reads them (encoded parts, orjson.Fragment, decoded)."""
+    events: list[Event] = as_sent(translate_bytes((FIXTURES_DIR / name).read_bytes(), split))
+    return events
 
 
 _CACHE: dict[str, list[Event]] = {}
@@ -681,7 +683,7 @@ def test_fold_matches_the_stream() -> None:
     validate_stream(streamed)
     validate_stream(folded)
     assert terminal(folded)["type"] == terminal(streamed)["type"] == "response.completed"
-    assert terminal(folded)["response"] == terminal(streamed)["response"]
+    assert as_sent(terminal(folded)["response"]) == as_sent(terminal(streamed)["response"])
     kinds = [i["type"] for i in output(folded)]
     assert kinds == ["reasoning", "message", "function_call", "custom_tool_call"]
     assert terminal(folded)["response"]["usage"] == usage(100, 20, 120, cached=64, reasoning=5)
@@ -703,7 +705,7 @@ def test_fold_of_a_recorded_stream_matches(name: str) -> None:
             "usage": _chat_usage(USAGE[name])}
     folded = fold(make_translator(), body)
     validate_stream(folded)
-    assert terminal(folded)["response"] == terminal(streamed)["response"]
+    assert as_sent(terminal(folded)["response"]) == terminal(streamed)["response"]
 
 
 def _chat_usage(u: dict[str, Any]) -> dict[str, Any]:

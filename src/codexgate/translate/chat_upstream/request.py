@@ -23,7 +23,6 @@ from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
-from codexgate.wire.recent import SameAsRecent
 from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
@@ -117,7 +116,8 @@ def to_chat_request(
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
     else:
-        catalogue, functions = _read_tools(tools)
+        catalogue = catalogue_of(tools)
+        functions = chat_tools(catalogue)
     notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
     translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
@@ -137,20 +137,6 @@ def to_chat_request(
     kept = translated.history
     checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
     return ChatRequest(body, catalogue, checkpoint, translated.dropped)
-
-
-# A new conversation's tools are nearly always those of the last one (every session of a Codex
-# version and configuration sends the same list): read once, shared by the sessions.
-_RECENT_TOOLS: SameAsRecent[tuple[ToolCatalogue, list[dict[str, Any]]]] = SameAsRecent()
-
-
-def _read_tools(tools: list[dict[str, Any]]) -> tuple[ToolCatalogue, list[dict[str, Any]]]:
-    """The catalogue of `tools` and the chat functions offered for them."""
-    found = _RECENT_TOOLS.find(tools)
-    if found is None:
-        catalogue = catalogue_of(tools)
-        found = _RECENT_TOOLS.add(tools, (catalogue, chat_tools(catalogue)))
-    return found
 
 
 def _sampling(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from codexgate.errors import InvalidRequest
 from codexgate.translate.catalogue import CUSTOM_INPUT_PARAM, ToolCatalogue, ToolSpec
+from codexgate.wire.recent import SameObject
 
 __all__ = ["chat_tool_choice", "chat_tools"]
 
@@ -43,8 +44,16 @@ def _is_strict(tool: Any) -> bool:
 
 
 def chat_tools(catalogue: ToolCatalogue) -> list[dict[str, Any]]:
-    """Every callable tool as a chat `function` tool, in the client's order."""
-    return [_chat_tool(spec) for spec in catalogue.specs.values()]
+    """Every callable tool as a chat `function` tool, in the client's order (read-only: a
+    spec's function is shared by the requests that have its tool, see catalogue_of)."""
+    functions = []
+    for spec in catalogue.specs.values():
+        function = _FUNCTIONS.get(spec)
+        functions.append(function if function is not None else _FUNCTIONS.put(spec, _chat_tool(spec)))
+    return functions
+
+
+_FUNCTIONS: SameObject[dict[str, Any]] = SameObject()
 
 
 def chat_tool_choice(
