@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from codexgate.translate.catalogue import UNAVAILABLE_METADATA_KEY, unavailable_metadata
-from codexgate.wire.recent import SameObject
+from codexgate.wire.recent import SameObject, SameObjects
 from codexgate.wire.responses import ResponsesRequest
 
 # Tool kinds the response resource may echo (the Open Responses `Tool` union); others
@@ -42,10 +42,9 @@ _ECHOES: SameObject[bytes] = SameObject()
 def _encoded_tools_echo(tools: list[dict[str, Any]]) -> orjson.Fragment:
     """The echo of `tools` as encoded JSON, made of each tool's (b"" for one not echoed); the
     same Fragment for the same tool objects (a conversation's turns, sessions alike)."""
-    key = tuple(map(id, tools))
-    known = _LISTS.get(key)
-    if known is not None:
-        return known[1]
+    fragment = _LISTS.get(tools)
+    if fragment is not None:
+        return fragment
     pieces = []
     for tool in tools:
         piece = _ECHOES.get(tool)
@@ -55,15 +54,10 @@ def _encoded_tools_echo(tools: list[dict[str, Any]]) -> orjson.Fragment:
             piece = _ECHOES.put(tool, bytes(memoryview(orjson.dumps(echoed[0]))) if echoed else b"")
         if piece:
             pieces.append(piece)
-    fragment = orjson.Fragment(b"[" + b",".join(pieces) + b"]")
-    if len(_LISTS) >= _LIST_LIMIT:
-        _LISTS.clear()
-    _LISTS[key] = (tuple(tools), fragment)  # the tools held: their ids stay theirs
-    return fragment
+    return _LISTS.put(tools, orjson.Fragment(b"[" + b",".join(pieces) + b"]"))
 
 
-_LIST_LIMIT = 256
-_LISTS: dict[tuple[int, ...], tuple[tuple[Any, ...], orjson.Fragment]] = {}
+_LISTS: SameObjects[orjson.Fragment] = SameObjects()
 
 
 def _echo_tool_choice(choice: Any) -> Any:

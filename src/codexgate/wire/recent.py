@@ -9,6 +9,7 @@ in the response) is then found by that object's identity (`SameObject`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
@@ -66,4 +67,25 @@ class SameObject(Generic[V]):
         if len(self._by_id) >= self._limit:
             self._by_id.clear()
         self._by_id[id(obj)] = (obj, value)
+        return value
+
+
+class SameObjects(Generic[V]):
+    """Values made from sequences of objects (a request's tools, each the one checked lately),
+    found by the objects' identities: one lookup, no comparison. The objects are held with
+    the value, so their ids cannot be other objects' while it is here."""
+
+    def __init__(self, limit: int = _LIMIT) -> None:
+        self._limit = limit
+        self._by_ids: dict[tuple[int, ...], tuple[tuple[Any, ...], V]] = {}
+
+    def get(self, objects: Sequence[Any]) -> V | None:
+        found = self._by_ids.get(tuple(map(id, objects)))
+        return found[1] if found is not None else None
+
+    def put(self, objects: Sequence[Any], value: V) -> V:
+        if len(self._by_ids) >= self._limit:
+            self._by_ids.clear()
+        held = tuple(objects)
+        self._by_ids[tuple(map(id, held))] = (held, value)
         return value

@@ -23,6 +23,7 @@ from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
+from codexgate.wire.recent import SameObjects
 from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
@@ -116,8 +117,7 @@ def to_chat_request(
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
     else:
-        catalogue = catalogue_of(tools)
-        functions = chat_tools(catalogue)
+        catalogue, functions = _read_tools(tools)
     notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
     translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
@@ -137,6 +137,21 @@ def to_chat_request(
     kept = translated.history
     checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
     return ChatRequest(body, catalogue, checkpoint, translated.dropped)
+
+
+# The catalogue and chat functions of a tool list, by its tools' identities: a request's tool
+# checked lately is the object checked then (wire/recent.py), so a list seen before (each turn
+# of a conversation, every session with the same tools) is one lookup.
+_CATALOGUES: SameObjects[tuple[ToolCatalogue, list[dict[str, Any]]]] = SameObjects()
+
+
+def _read_tools(tools: list[dict[str, Any]]) -> tuple[ToolCatalogue, list[dict[str, Any]]]:
+    """The catalogue of `tools` and the chat functions offered for them (read-only: shared)."""
+    found = _CATALOGUES.get(tools)
+    if found is None:
+        catalogue = catalogue_of(tools)
+        found = _CATALOGUES.put(tools, (catalogue, chat_tools(catalogue)))
+    return found
 
 
 def _sampling(req: ResponsesRequest, dialect: ChatDialect, upstream_model: str) -> dict[str, Any]:
