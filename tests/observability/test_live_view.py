@@ -339,7 +339,7 @@ async def test_close_ends_every_event_stream() -> None:
     assert browser.ended and browser.frames[0].startswith(b"event: state")
 
 
-def test_a_conversation_s_user_message_is_found_without_walking_its_whole_history() -> None:
+async def test_a_conversation_s_user_message_is_found_without_walking_its_whole_history() -> None:
     view = LiveView(Router())
     history: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "fix the bug"}]
     users = []
@@ -476,3 +476,15 @@ async def test_the_page_shows_turns_tool_calls_and_errors_as_they_happen(tmp_pat
     # a Content-Security-Policy refusal included.
     assert [p for p in problems if "401" not in p] == []
     assert all(path.stat().st_size > 10_000 for path in shots)
+
+
+async def test_with_no_page_open_a_request_is_read_after_its_upstream_request_goes() -> None:
+    # started() runs before the upstream request is written; what the view shows of the
+    # request is read at the loop's next turn (the request's task writes before it waits).
+    view = LiveView(Router())
+    exchange = _exchange(1)
+    exchange.req = ResponsesRequest(model="m", input=[{"type": "message", "role": "user", "content": "hi"}])
+    view.started(exchange)
+    assert view.snapshot(None)["turns"][0]["user"] == ""
+    await asyncio.sleep(0)
+    assert view.snapshot(None)["turns"][0]["user"] == "hi"

@@ -114,6 +114,8 @@ class LiveView(Observer):
         self.turns: OrderedDict[int, Turn] = OrderedDict()  # by number, oldest first
         self._numbers = 0
         self._running: dict[int, Turn] = {}  # by id() of the exchange, while it runs
+        # Turns whose request is still to be read (started() defers it), by number.
+        self._unread: dict[int, tuple[Turn, str | None, Any]] = {}
         self._call_turns: OrderedDict[str, int] = OrderedDict()  # tool call id -> turn number
         # By (caller, prompt_cache_key): so that a long history is not walked every turn.
         self._conversations: OrderedDict[tuple[str | None, str] | None, Seen] = OrderedDict()
@@ -142,18 +144,34 @@ class LiveView(Observer):
 
     def started(self, exchange: Exchange) -> None:
         turn = self._new_turn(exchange)
-        cache_key = getattr(exchange.req, "prompt_cache_key", None)
-        conversation = (exchange.caller, cache_key) if cache_key else None
-        seen = turn.read_request(exchange.req, self._conversations.get(conversation))
+        backend = self.router.backends.get(exchange.upstream or "")
+        if backend is not None:
+            turn.counts_before = dict(backend.counts)
+        self._running[id(exchange)] = turn
+        self._unread[turn.number] = (turn, exchange.caller, exchange.req)
+        if any(s.viewer == turn.owner for s in self._subscribers):
+            self._read(turn.number)
+        else:
+            # Nobody watches: the request is read once its upstream request is written (the
+            # request's task writes it before it first waits), off the time to first token;
+            # at its end at the latest.
+            asyncio.get_running_loop().call_soon(self._read, turn.number)
+
+    def _read(self, number: int) -> None:
+        """What the turn shows of its request (if not read yet), then `started` to whoever
+        watches."""
+        unread = self._unread.pop(number, None)
+        if unread is None:
+            return
+        turn, caller, req = unread
+        cache_key = getattr(req, "prompt_cache_key", None)
+        conversation = (caller, cache_key) if cache_key else None
+        seen = turn.read_request(req, self._conversations.get(conversation))
         if conversation is not None:
             self._conversations[conversation] = seen
             self._conversations.move_to_end(conversation)
             if len(self._conversations) > _CONVERSATIONS:
                 self._conversations.popitem(last=False)
-        backend = self.router.backends.get(exchange.upstream or "")
-        if backend is not None:
-            turn.counts_before = dict(backend.counts)
-        self._running[id(exchange)] = turn
         self._publish("started", turn)
         for result in turn.carried:
             self._attach_result(result)
@@ -172,6 +190,8 @@ class LiveView(Observer):
 
     def finished(self, exchange: Exchange) -> None:
         turn = self._running.pop(id(exchange), None)
+        if turn is not None:
+            self._read(turn.number)  # an exchange that ended before its request was read
         if turn is None:
             if exchange.outcome == "prewarmed":  # a WebSocket warm-up: no turn to show
                 return
