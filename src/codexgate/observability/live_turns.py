@@ -18,6 +18,7 @@ import orjson
 
 from codexgate.server.exchange import Exchange
 from codexgate.translate.parts import text_of_parts
+from codexgate.wire.recent import SameObjects
 from codexgate.wire.responses_events import Event
 
 TEXT_LIMIT = 4096  # characters of answer text kept
@@ -317,18 +318,15 @@ def _output_text(output: Any) -> str:
     return "" if output is None else _json_text(output)
 
 
-_last_names: tuple[Any, list[str]] = (None, [])
+_NAMES: SameObjects[list[str]] = SameObjects(limit=64)
 
 
 def _tool_names(tools: list[Any]) -> list[str]:
-    """The names listed for `tools` (read-only: shared). Requests whose tools were the same as
-    a recent request's hold that request's list (wire/responses.py), so the last list's names
-    are found by identity."""
-    global _last_names
-    known, names = _last_names
-    if tools is not known:
-        names = [_clip(_tool_name(tool), _NAME_LIMIT) or "?" for tool in tools[:MAX_TOOLS]]
-        _last_names = (tools, names)
+    """The names listed for `tools` (read-only: shared). A request's tools checked lately are
+    the objects checked then (wire/recent.py): a list seen before is one lookup."""
+    names = _NAMES.get(tools)
+    if names is None:
+        names = _NAMES.put(tools, [_clip(_tool_name(tool), _NAME_LIMIT) or "?" for tool in tools[:MAX_TOOLS]])
     return names
 
 
