@@ -61,11 +61,16 @@ async def test_observers_see_each_exchange(tmp_path: Path) -> None:
     assert streamed.status_code == whole.status_code == 200 and refused.status_code == 400
     kinds = [kind for kind, _ in recording.seen]
     assert kinds.count("started") == 2 and kinds.count("finished") == 3
+    # An exchange ends (its usage settled, its observers told) after its client has the whole
+    # answer, so the next request's end may be seen first: the ends in any order.
     finished = [what for kind, what in recording.seen if kind == "finished"]
-    assert finished == [
-        ("responses", "completed", "response.completed"),
-        ("chat", "completed", "response.completed"),
-        ("responses", "invalid_request_error", None),
-    ]
+    assert sorted(finished, key=repr) == sorted(
+        [
+            ("responses", "completed", "response.completed"),
+            ("chat", "completed", "response.completed"),
+            ("responses", "invalid_request_error", None),
+        ],
+        key=repr,
+    )
     batches = [what for kind, what in recording.seen if kind == "batch"]
     assert batches[0][0] == "response.created" and batches[-1][-1] == "response.completed"
