@@ -174,3 +174,23 @@ def test_a_refused_certificate_says_why() -> None:
 )
 def test_each_failure_reads_as_words(exc: BaseException, expected: str) -> None:
     assert failure_reason(exc, "http://h:8000/v1", 10) == expected
+
+
+async def test_an_upstream_that_redirects_is_named_with_where_it_points() -> None:
+    # An upstream behind http:// that sends clients to https:// (a proxy's rule): the gateway
+    # does not follow it, and the client reads where to point the upstream.
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://models.example/v1/chat/completions\r\n"
+            b"Content-Length: 0\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(redirect) as port:
+        response = await ask(f"http://127.0.0.1:{port}/v1")
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["code"] == "upstream_wrong_url"
+    assert "HTTP 308" in error["message"]
+    assert "a redirect to https://models.example/v1/chat/completions" in plain(error["message"])

@@ -96,3 +96,15 @@ def test_parse_retry_after(headers: dict[str, str], message: str, expected: floa
 def test_error_inside_a_stream_uses_its_numeric_code_as_status() -> None:
     assert type(classify(0, {"error": {"message": "x", "code": 429}})) is RateLimited
     assert type(classify(0, {"error": {"message": "boom"}})) is UpstreamServerError
+
+
+@pytest.mark.parametrize("status", [301, 307, 308])
+def test_a_redirect_says_where_to_point_the_upstream(status: int) -> None:
+    # Not followed (a POST's body is not sent again as it was): the user sets the URL.
+    error = classify(
+        status, b"<html>moved</html>", {"Location": "https://models.example/v1/chat/completions"},
+        "http://models.example/v1/chat/completions",
+    )  # fmt: skip
+    assert isinstance(error, UpstreamWrongURL) and error.status == 400
+    assert f"HTTP {status} at http://models.example/v1/chat/completions" in error.message
+    assert "a redirect to https://models.example/v1/chat/completions" in error.message

@@ -118,9 +118,24 @@ def classify(
     message = redact_patterns(message)
     if status == 0 and code is not None and code.isdigit() and 400 <= int(code) < 600:
         status = int(code)  # in-stream errors often carry the HTTP status as their code
+    if 300 <= status < 400:
+        return _redirected(status, headers, url)
     retry_after = parse_retry_after(headers, message)
     text = message or f"upstream answered HTTP {status}"
     return _worded(_class_of(code, kind, text, status), text, status, retry_after, url, upstream)
+
+
+def _redirected(status: int, headers: Mapping[str, str], url: str | None) -> UpstreamWrongURL:
+    """A redirect is not followed (a POST's body would not be sent again as it was): the
+    upstream URL is to be set to where it points, which the message says."""
+    location = next((value for name, value in headers.items() if name.lower() == "location"), None)
+    where = f" at {url}" if url else ""
+    to = f" to {location[:300]}" if location else ""
+    return UpstreamWrongURL(
+        f"The upstream answered HTTP {status}{where}, a redirect{to}. codexgate does not follow "
+        "redirects: set the upstream URL to the address it points to (the API base the gateway "
+        "appends /chat/completions to)."
+    )
 
 
 def _class_of(code: str | None, kind: str | None, text: str, status: int) -> type[UpstreamError]:
