@@ -18,20 +18,17 @@ from codexgate.wire.responses import ResponsesRequest
 _ECHOED_TOOL_KINDS = frozenset(("function",))
 
 
-def _echo_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    echoed = []
-    for tool in tools:
-        if tool.get("type") in _ECHOED_TOOL_KINDS and isinstance(tool.get("name"), str):
-            echoed.append(
-                {
-                    "type": "function",
-                    "name": tool["name"],
-                    "description": tool.get("description"),
-                    "parameters": tool.get("parameters"),
-                    "strict": bool(tool.get("strict", False)),
-                }
-            )
-    return echoed
+def _echo_tool(tool: dict[str, Any]) -> dict[str, Any] | None:
+    """A tool as the response echoes it; None for a kind the echo leaves out."""
+    if tool.get("type") not in _ECHOED_TOOL_KINDS or not isinstance(tool.get("name"), str):
+        return None
+    return {
+        "type": "function",
+        "name": tool["name"],
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": bool(tool.get("strict", False)),
+    }
 
 
 # Each tool's echo, encoded, by the tool object: a request's tool checked lately is the object
@@ -49,9 +46,9 @@ def _encoded_tools_echo(tools: list[dict[str, Any]]) -> orjson.Fragment:
     for tool in tools:
         piece = _ECHOES.get(tool)
         if piece is None:
-            echoed = _echo_tools([tool])
+            echoed = _echo_tool(tool)
             # A copy of the exact size: orjson's result may keep the larger buffer it grew into.
-            piece = _ECHOES.put(tool, bytes(memoryview(orjson.dumps(echoed[0]))) if echoed else b"")
+            piece = _ECHOES.put(tool, bytes(memoryview(orjson.dumps(echoed))) if echoed else b"")
         if piece:
             pieces.append(piece)
     return _LISTS.put(tools, orjson.Fragment(b"[" + b",".join(pieces) + b"]"))
