@@ -16,7 +16,7 @@ live view), and meets, in this order:
    the same for the relay's request sent straight to the upstream (the bench/README's "added"),
    and the relay's CPU per request. Apart, in a fresh process each (bench/request_cpu.py), the
    CPU from the body given to the upstream request written, measured inside the relay (the
-   Python ones: bare, head, base).
+   Python ones: bare, head, base), on a busy core and after it idled (bench/request_cpu.py).
 2. `growing`: 128 closed-loop clients sending the turns of that one growing session, each
    answer 200 chunks written at once by the upstream: CPU per event and per stream, streams/s,
    the first token.
@@ -298,7 +298,7 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
         targets,
         f"per core: each relay alone on one core; {CONCURRENCY} closed-loop clients, {args.seconds:g} s "
         f"per run; answers of {FAST.chunks} deltas written at once",
-        44,
+        52,
     )
     lines, row = table.lines, table.row
     lines.append(f"request, one at a time ({args.requests} turns of the growing session, 47-86 KB):")
@@ -306,9 +306,11 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
     row("  added to the upstream p90 (ms)", lambda o: o["request"]["added_p90"], 2)
     row("  CPU per request, 1-delta answer (us)", lambda o: o["request"]["cpu_per_request_us"], 0)
     for kind in ("growing", "distinct", "1MB"):
-        for mark, what in (("written", "to written"), ("opened", "to transport")):
-            key = f"{mark}_us_p50"
-            row(f"  in process, {kind}: {what} p50 (us)", lambda o, k=kind, m=key: o["in_process"][k][m], 0)
+        for regime in ("busy", "idle"):
+            for mark, what in (("written", "to written"), ("opened", "to transport")):
+                key, at = f"{mark}_us_p50", f"{kind}_{regime}"
+                label = f"  in process, {kind}, {regime}: {what} p50 (us)"
+                row(label, lambda o, k=at, m=key: o["in_process"][k][m], 0)
     for run, what in (("growing", "one growing session"), ("distinct", f"{SESSIONS} distinct sessions")):
         lines.append(f"{run}: {what}, c={CONCURRENCY}:")
         row("  CPU per event (us)", lambda o, r=run: o[r]["us_per_event"], 2)

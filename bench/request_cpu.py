@@ -16,8 +16,10 @@ live view), from whichever `codexgate` is imported (PYTHONPATH); `bare` is bench
 The garbage collector is tuned as `serve` tunes it.
 
 The requests are the three kinds bench/per_core.py runs: the 16 turns of one growing session
-(47-86 KB) in order, again and again; distinct ~50 KB sessions, each seen once; and a 1 MB
-history one turn further each time (what codexgate remembers of a conversation is used).
+(47-86 KB) in order, again and again; distinct ~50 KB sessions, each seen once (nothing
+remembered helps: a session's first request); and a 1 MB history one turn further each time
+(what codexgate remembers of a conversation is used). Each kind runs twice (REGIMES): `busy`,
+each request right after the one before, and `idle`, after the core idled 2 ms.
 """
 
 from __future__ import annotations
@@ -180,6 +182,12 @@ def bodies(kind: str, count: int) -> list[bytes]:
     return growing(big, count)
 
 
+# The two ways a request meets the core: right after the one before (a busy gateway: the
+# code and its data still in the caches), or after the core idled 2 ms (a quiet one: on this
+# VM the same Python code then costs 2-4x, a cost every relay pays, the floor too).
+REGIMES = {"busy": 0.0, "idle": 0.002}
+
+
 async def measure(relay: str, upstream_v1: str, count: int) -> dict[str, Any]:
     clock = Clock()
     clock.patch_writer()
@@ -191,30 +199,35 @@ async def measure(relay: str, upstream_v1: str, count: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         for kind, n in (("growing", count), ("distinct", count // 2), ("1MB", max(8, count // 10))):
-            sent = bodies(kind, n + 8)
-            written: list[float] = []
-            opened: list[float] = []
-            failed = 0
-            for i, body in enumerate(sent):
-                clock.opened = clock.written = 0.0
-                ok = await one_request(app, body, clock)
-                await asyncio.sleep(0.002)  # what the request left to do runs now, not in the next
-                failed += not ok
-                if i >= 8:  # the first ones warm the code and the connection
-                    written.append((clock.written - clock.given) * 1e6)
-                    opened.append((clock.opened - clock.given) * 1e6)
-            out[kind] = {
-                "requests": len(written),
-                "failed": failed,
-                "bytes": statistics.median(len(b) for b in sent),
-                "written_us_p50": statistics.median(written),
-                "written_us_mean": statistics.fmean(written),
-                "opened_us_p50": statistics.median(opened) if relay == "codexgate" else None,
-                "opened_us_mean": statistics.fmean(opened) if relay == "codexgate" else None,
-            }
+            for regime, gap in REGIMES.items():
+                out[f"{kind}_{regime}"] = await _run(app, clock, relay, bodies(kind, n + 8), gap)
     finally:
         await stop()
     return out
+
+
+async def _run(app: App, clock: Clock, relay: str, sent: list[bytes], gap: float) -> dict[str, Any]:
+    written: list[float] = []
+    opened: list[float] = []
+    failed = 0
+    for i, body in enumerate(sent):
+        clock.opened = clock.written = 0.0
+        ok = await one_request(app, body, clock)
+        # What the request left to do runs now, not in the next one's time.
+        await asyncio.sleep(gap)
+        failed += not ok
+        if i >= 8:  # the first ones warm the code and the connection
+            written.append((clock.written - clock.given) * 1e6)
+            opened.append((clock.opened - clock.given) * 1e6)
+    return {
+        "requests": len(written),
+        "failed": failed,
+        "bytes": statistics.median(len(b) for b in sent),
+        "written_us_p50": statistics.median(written),
+        "written_us_mean": statistics.fmean(written),
+        "opened_us_p50": statistics.median(opened) if relay == "codexgate" else None,
+        "opened_us_mean": statistics.fmean(opened) if relay == "codexgate" else None,
+    }
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from codexgate.backends.base import Inbound
 from codexgate.errors import InvalidRequest
-from codexgate.server.faces.responses import RequestReader
+from codexgate.server.faces.responses import Remembered, RequestReader
 from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.dialect import ChatDialect
@@ -221,17 +221,66 @@ def test_a_changed_item_in_a_re_sent_history_is_still_validated() -> None:
         read(reader, bad_tool)
 
 
-def test_requests_are_remembered_per_caller_and_key_and_only_with_a_key() -> None:
-    memo: Memo[ResponsesRequest] = Memo(1 << 20)
+def test_requests_are_remembered_per_caller_and_key_from_the_second_and_only_with_a_key() -> None:
+    memo: Memo[Remembered] = Memo(1 << 20)
     reader = RequestReader(memo)
     body = {"model": "m", "input": [message("user", "hi")], "prompt_cache_key": "k"}
     (_, alice), (_, bob) = read_with_inbound(reader, body, "alice"), read_with_inbound(reader, body, "bob")
     assert alice.conversation != bob.conversation
     assert (alice.caller, bob.caller) == ("alice", "bob")
-    assert len(memo) == 2
+    assert len(memo) == 0  # one request is not yet a conversation worth memory
+    (_, alice), (_, bob) = read_with_inbound(reader, body, "alice"), read_with_inbound(reader, body, "bob")
+    assert len(memo) == 2 and alice.known_prefix is None
     _, anonymous = read_with_inbound(reader, {"model": "m", "input": "hi"})
     assert anonymous.conversation is None and len(memo) == 2
     assert alice.body_size == len(orjson.dumps(body))
+    _, third = read_with_inbound(
+        reader, {**body, "input": [message("user", "hi"), message("user", "go")]}, "alice"
+    )
+    assert third.known_prefix is not None and third.known_prefix[1] == 1
+
+
+def test_a_memo_knows_a_returning_key_among_its_last_entries() -> None:
+    memo: Memo[str] = Memo(max_weight=100, max_entries=2)
+    assert not memo.returning("a") and memo.returning("a")
+    assert not memo.returning("b") and not memo.returning("c")  # "a" is now the oldest of three
+    assert not memo.returning("a")
+    memo.put("kept", "x", 10)
+    assert memo.returning("kept")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_spliced_body_reads_as_the_whole_body_does(seed: int) -> None:
+    # From the third turn the face reads the repeated history from its memory of the bytes
+    # (wire/known_body.py): the request must be what a full read gives, every field.
+    memo: Memo[Remembered] = Memo(1 << 24)
+    reader = RequestReader(memo)
+    conversation = Conversation(300 + seed)
+    spliced = 0
+    for turn in range(12):
+        conversation.step()
+        if turn == 8:  # an old item rewritten: the splice stops there
+            conversation.items[1] = message("user", "fix it again")
+        body = {**conversation.request(), "text": {"verbosity": "low"}, "metadata": {"turn": "x"}}
+        remembered = memo.get("\x00thread-1")
+        req, _ = read_with_inbound(reader, body)
+        assert req == parse_request(orjson.loads(orjson.dumps(body)))
+        if remembered is not None and remembered.body is not None:
+            spliced += req.input[0] is remembered.body.items[0]
+    assert spliced >= 8
+
+
+def test_a_spliced_body_still_checks_what_is_new() -> None:
+    reader = RequestReader(Memo(1 << 20))
+    body = {"model": "m", "input": [message("user", "hi")], "prompt_cache_key": "k"}
+    for _ in range(2):
+        read(reader, body)
+    with pytest.raises(InvalidRequest) as info:
+        read(
+            reader,
+            {**body, "input": [message("user", "hi"), {"type": "message", "role": "robot", "content": "x"}]},
+        )
+    assert info.value.param == "input[1].role"
 
 
 def test_the_memo_is_bounded_by_entries_and_weight_least_recently_used_first() -> None:

@@ -151,14 +151,13 @@ class Settings(Strict):
     max_output_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=GIB)
     max_request_seconds: float = Field(default=3600.0, gt=0, le=DAY)
     # What is remembered of each conversation between turns, so that the history Codex
-    # re-sends every turn is validated and translated once (translate/history_memo.py): at most this many MiB
-    # of request bodies for the Responses face and as many per upstream; 0 turns it off.
-    # Only conversations whose request is at least history_cache_min_kb are remembered: a
-    # shorter one is read again in well under a millisecond, and remembering it costs about
-    # 2.5 times its size (bench/under_load.py: 500 sessions of 50 KB would keep ~30 MB for
-    # ~0.3 ms a turn, and none of it is used when more sessions than entries take turns).
+    # re-sends every turn is decoded, validated and translated once (translate/history_memo.py,
+    # wire/known_body.py): at most this many MiB of request bodies for the Responses face and
+    # as many per upstream; 0 turns it off. A conversation is remembered from its second
+    # request, if that is at least history_cache_min_kb: Codex's first request alone is ~25 KB,
+    # a working session's 50-100 KB and more (docs/operations.md).
     history_cache_mb: int = Field(default=64, ge=0, le=1024 * 1024)
-    history_cache_min_kb: int = Field(default=128, ge=0, le=1024 * 1024)
+    history_cache_min_kb: int = Field(default=32, ge=0, le=1024 * 1024)
     # Stored responses (previous_response_id, item_reference, GET /v1/responses/{id}, compaction
     # keys; docs/state.md): SQLite by default at store_path (default
     # $XDG_DATA_HOME/codexgate/store.sqlite3), Redis or PostgreSQL at store_url for several

@@ -22,12 +22,13 @@ class Memo(Generic[V]):
     not kept (and evicts nothing), nor one lighter than `min_weight`: what is cheap to make
     again is not worth the memory (putting one drops what the key held)."""
 
-    def __init__(self, max_weight: int, max_entries: int = 256, min_weight: int = 0) -> None:
+    def __init__(self, max_weight: int, max_entries: int = 4096, min_weight: int = 0) -> None:
         self.max_weight = max_weight
         self.max_entries = max_entries
         self.min_weight = min_weight
         self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._weight = 0
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()  # keys asked about lately
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -42,6 +43,22 @@ class Memo(Generic[V]):
             return None
         self._entries.move_to_end(key)
         return found[0]
+
+    def returning(self, key: Hashable) -> bool:
+        """Whether `key` was asked about (here) or kept among the last `max_entries` keys; notes
+        it. A conversation is worth remembering from its second request: remembering every
+        first one costs memory and time for nothing when more conversations than entries take
+        turns (each is dropped before its next turn)."""
+        if key in self._entries:
+            return True
+        seen = self._seen
+        if key in seen:
+            seen.move_to_end(key)
+            return True
+        seen[key] = None
+        if len(seen) > self.max_entries:
+            seen.popitem(last=False)
+        return False
 
     def admits(self, weight: int | None) -> bool:
         """Whether a value of this weight would be kept (None: unknown, assumed so)."""

@@ -42,9 +42,13 @@ class ChatCall(HttpCall):
         history = backend.history
         key = (backend, inbound.conversation)
         earlier = history.get(key) if history is not None and inbound.conversation else None
-        # Only a request the memory would keep leaves a checkpoint (translate/history_memo.py's minimum).
+        # Only a request the memory would keep leaves a checkpoint (translate/history_memo.py's
+        # minimum), from the conversation's second request on (Memo.returning).
         keep = (
-            history is not None and bool(inbound.conversation) and history.admits(inbound.body_size or None)
+            history is not None
+            and bool(inbound.conversation)
+            and history.admits(inbound.body_size or None)
+            and (earlier is not None or history.returning(key))
         )
         chat = to_chat_request(
             req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep

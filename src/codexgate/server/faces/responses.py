@@ -17,44 +17,89 @@ from codexgate.server.state import listed_item
 from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
 from codexgate.translate.history_memo import Memo
 from codexgate.wire.checks import decode_json_object
+from codexgate.wire.known_body import KnownBody, cache_key_hint, learn, splice
 from codexgate.wire.responses import Item, ResponsesRequest, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
-__all__ = ["CompactFace", "RequestReader", "ResponsesFace", "ResponsesJSON", "ResponsesSSE"]
+__all__ = ["CompactFace", "Remembered", "RequestReader", "ResponsesFace", "ResponsesJSON", "ResponsesSSE"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Remembered:
+    """A conversation's last request: as checked, and as bytes where the body was learned
+    (wire/known_body.py; None: a WebSocket frame, or a body orjson would write otherwise)."""
+
+    req: ResponsesRequest
+    body: KnownBody | None = None
 
 
 class RequestReader:
     """Reads request bodies, remembering each conversation's last request so that the history
-    a client re-sends every turn is validated once (wire/responses.py `parse_continued`).
+    a client re-sends every turn is decoded and validated once (wire/known_body.py `splice`,
+    wire/responses.py `parse_continued`).
 
     A conversation is the client's `prompt_cache_key` (Codex sends its thread id), scoped to
     the caller's API key: one caller's requests never share memory with another's, so timing
     cannot tell a caller what someone else sent. Nothing is trusted from the memory that the
-    new body does not repeat exactly; a request without a key is read as it is."""
+    new body does not repeat exactly; a request without a key is read as it is. A conversation
+    is remembered from its second request (Memo.returning)."""
 
-    def __init__(self, memo: Memo[ResponsesRequest] | None = None) -> None:
+    def __init__(self, memo: Memo[Remembered] | None = None) -> None:
         self._memo = memo
 
     def read(self, body: bytes, caller: str | None = None) -> tuple[ResponsesRequest, Inbound]:
         """The canonical request and what is known of it. Raises InvalidRequest (a 400 naming
         the field) for a body that is not JSON or not a valid Responses request."""
-        return self.read_object(decode_json_object(body, "The request body"), caller, len(body))
+        memo = self._memo
+        hint = cache_key_hint(body) if memo is not None else None
+        if memo is not None and hint is not None:
+            conversation = conversation_of(caller, hint)
+            earlier = memo.get(conversation)
+            if earlier is not None and earlier.body is not None:
+                spliced = splice(body, earlier.body)
+                if spliced is not None and spliced[0].get("prompt_cache_key") == hint:
+                    data, _, known = spliced
+                    return self._continued(data, caller, len(body), conversation, earlier, known)
+        return self.read_object(decode_json_object(body, "The request body"), caller, len(body), body)
 
     def read_object(
-        self, data: dict[str, Any], caller: str | None, size: int
+        self, data: dict[str, Any], caller: str | None, size: int, body: bytes | None = None
     ) -> tuple[ResponsesRequest, Inbound]:
-        """`read` for a body already decoded (a WebSocket frame) of `size` bytes."""
+        """`read` for a body already decoded (a WebSocket frame) of `size` bytes; `body`: its
+        bytes, to learn (see Remembered)."""
         cache_key = data.get("prompt_cache_key")
-        if not isinstance(cache_key, str) or not cache_key:
+        memo = self._memo
+        if not isinstance(cache_key, str) or not cache_key or memo is None:
             return parse_request(data), Inbound(caller, None, size)
         conversation = conversation_of(caller, cache_key)
+        earlier = memo.get(conversation)
+        if earlier is None and not memo.returning(conversation):
+            return parse_request(data), Inbound(caller, conversation, size)
+        return self._continued(data, caller, size, conversation, earlier, None, body)
+
+    def _continued(
+        self,
+        data: dict[str, Any],
+        caller: str | None,
+        size: int,
+        conversation: str,
+        earlier: Remembered | None,
+        known: KnownBody | None,
+        body: bytes | None = None,
+    ) -> tuple[ResponsesRequest, Inbound]:
+        """A request of a conversation seen before, checked against its last one and
+        remembered (`known`: the body as spliced; else `body` is learned when given)."""
         memo = self._memo
-        earlier = memo.get(conversation) if memo is not None else None
-        req, known = parse_continued(data, earlier)
-        if memo is not None:
-            memo.put(conversation, req, size)
-        prefix = (earlier.input, known) if earlier is not None and known else None
+        assert memo is not None
+        req, shared = parse_continued(data, earlier.req if earlier is not None else None)
+        if memo.admits(size):
+            if known is None and body is not None and type(req.input) is list:
+                known = learn(body, req.input, req.tools)
+            memo.put(conversation, Remembered(req, known), size)
+        else:
+            memo.drop(conversation)
+        prefix = (earlier.req.input, shared) if earlier is not None and shared else None
         return req, Inbound(caller, conversation, size, prefix)
 
 

@@ -1,0 +1,199 @@
+"""Reading a conversation's next request body without decoding what it repeats.
+
+Codex re-sends the whole conversation every turn: the next body is the last one's bytes up to
+the end of some input item, then the new items, then the same fields after `input` (tools,
+reasoning, the cache key...). Decoding the ~60 KB of a working session's history into Python
+objects, then comparing it with the last request's, costs more than everything else a
+request needs before it goes upstream. So the gateway keeps, for a conversation, its last
+body as bytes with where each input item ends (`KnownBody`), and reads the next body
+(`splice`) as: the last body's leading bytes compared (one memcmp), the new items and nothing
+else decoded, the items before them the very objects checked last turn.
+
+The result is the same dict `orjson.loads(body)` gives (its keys may come in another order),
+or None, and then the caller decodes the body whole. That holds because every piece of the
+body is either compared byte for byte with the last body, at a point where the two parses are
+in the same state, or decoded in that same state:
+- the fields before `input` (`head`) and after it (`tail`) were decoded from exactly those
+  bytes, and each decoding proves its piece's place: the head ends by opening the top-level
+  `input` array (its last key is `input`, its value empty), and the tail's decoding keeps a
+  marker no client can know as `input`'s only element (a later duplicate `input` key would
+  replace it);
+- the item offsets come from encoding the decoded items again and finding exactly those bytes
+  right after the head: a body that orjson would not write back the same way (spaces, other
+  escapes, other number forms) is simply never spliced;
+- the new items are decoded as the continuation of an array (`[null` + them + `]`), the state
+  the body is in after its last known item.
+No I/O, no clock; the objects returned are shared with the last request (nothing mutates a
+request's decoded input: server/faces/responses.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["KnownBody", "cache_key_hint", "learn", "splice"]
+
+_INPUT_KEY = b'"input":['
+# Stands in for the items before the suffix when the suffix is decoded: unguessable, so a
+# duplicate `input` key after the items (which would replace the array) cannot fake it.
+_MARK = secrets.token_hex(16)
+_MARKED_OPENING = b'{"input":["' + _MARK.encode() + b'"'
+_CACHE_KEY = b'"prompt_cache_key":"'
+
+
+@dataclass(frozen=True, slots=True)
+class KnownBody:
+    """A request body as bytes, and what its parts decode to."""
+
+    prefix: bytes  # the body up to the end of its last input item
+    ends: tuple[int, ...]  # where each input item ends in the body
+    head: dict[str, Any]  # the fields before `input`, decoded (without `input`)
+    suffix: bytes  # the body after its last input item: `]` closing `input`, the other fields
+    tail: dict[str, Any]  # the fields after `input`, decoded
+    items: list[Any]  # the input items as decoded and checked
+
+
+def cache_key_hint(body: bytes) -> str | None:
+    """The body's `prompt_cache_key` as written plainly (no escapes), found without decoding;
+    a hint only, to find the conversation: `splice`'s result is what says it."""
+    at = body.rfind(_CACHE_KEY)
+    if at < 0:
+        return None
+    start = at + len(_CACHE_KEY)
+    end = body.find(b'"', start)
+    if end < 0 or end - start > 512:
+        return None
+    raw = body[start:end]
+    if b"\\" in raw:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> KnownBody | None:
+    """The KnownBody of a body whose decoded (and checked) input is `items`; None when the
+    body is not written the way orjson writes those items back (then it is not spliced).
+    `tools`: the checked tools, to stand for the body's own when equal (then a later request
+    compares its tools by identity)."""
+    if not items:
+        return None
+    encoded = [orjson.dumps(item) for item in items]
+    written = _INPUT_KEY + b",".join(encoded) + b"]"
+    at = body.find(written)
+    if at < 0:  # the first place: a wrong one fails the head's or the tail's check
+        return None
+    start = at + len(_INPUT_KEY)
+    ends = []
+    end = start - 1
+    for one in encoded:
+        end += 1 + len(one)
+        ends.append(end)
+    head = _head(body[:start])
+    last = ends[-1]
+    suffix = body[last:]
+    tail = _tail(suffix)
+    if head is None or tail is None:
+        return None
+    if tools is not None and tail.get("tools") == tools:
+        tail["tools"] = tools
+    return KnownBody(body[:last], tuple(ends), head, suffix, tail, items)
+
+
+def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBody | None] | None:
+    """`body` decoded, with the input items it shares with `known`'s body being `known`'s own
+    objects; how many those are; and `body`'s KnownBody (None: its new items are not written
+    as orjson writes them, so it is not known). None when `body` does not continue `known`'s
+    body: then decode it whole."""
+    suffix = known.suffix
+    if not body.endswith(suffix):
+        return None
+    room = len(body) - len(suffix)  # the body's bytes before the suffix
+    count = _shared_items(body, known, room)
+    if count == 0:
+        return None
+    last = known.ends[count - 1]
+    middle = body[last:room]
+    try:
+        continued = orjson.loads(b"[null" + middle + b"]") if middle else [None]
+    except orjson.JSONDecodeError:
+        return None
+    if type(continued) is not list or continued[0] is not None:
+        return None
+    new = continued[1:]
+    items = known.items[:count] + new  # a list of this request's own
+    data = dict(known.head)
+    data["input"] = items
+    data.update(known.tail)
+    new_ends = _new_ends(middle, new, last)
+    if new_ends is None:
+        return data, count, None
+    whole = count == len(known.ends) and not new
+    prefix = known.prefix if whole else body[:room]
+    ends = known.ends[:count] + new_ends
+    return data, count, KnownBody(prefix, ends, known.head, suffix, known.tail, items)
+
+
+def _shared_items(body: bytes, known: KnownBody, room: int) -> int:
+    """How many of `known`'s items `body` starts with, byte for byte (the head included): all
+    of them in one comparison (the common case: the conversation went on), else the most,
+    found by halving (a client sent an earlier turn again)."""
+    prefix, ends = known.prefix, known.ends
+    if len(prefix) <= room and body.startswith(prefix):
+        return len(ends)
+    low, high = 0, len(ends)  # the body starts with the first `low` items, not the first `high`
+    while high - low > 1:
+        mid = (low + high) // 2
+        end = ends[mid - 1]
+        if end <= room and body.startswith(prefix[:end]):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _new_ends(middle: bytes, new: list[Any], last: int) -> tuple[int, ...] | None:
+    """Where the new items end, when `middle` is exactly `,` + each item as orjson writes it;
+    None when it is not."""
+    if not new:
+        return ()
+    encoded = [orjson.dumps(item) for item in new]
+    if middle != b"," + b",".join(encoded):
+        return None
+    ends = []
+    end = last
+    for one in encoded:
+        end += 1 + len(one)
+        ends.append(end)
+    return tuple(ends)
+
+
+def _head(opening: bytes) -> dict[str, Any] | None:
+    """The fields before `input`, from the body up to `input`'s opening bracket; None unless
+    that bracket opens the top-level `input` (its last key)."""
+    try:
+        head = orjson.loads(opening + b"]}")
+    except orjson.JSONDecodeError:
+        return None
+    if type(head) is not dict or not head or next(reversed(head)) != "input" or head["input"] != []:
+        return None
+    del head["input"]
+    return head
+
+
+def _tail(suffix: bytes) -> dict[str, Any] | None:
+    """The fields after `input`, from the body after its last item; None unless the suffix
+    closes the top-level `input` and no later key replaces it."""
+    try:
+        tail = orjson.loads(_MARKED_OPENING + suffix)
+    except orjson.JSONDecodeError:
+        return None
+    if type(tail) is not dict or tail.get("input") != [_MARK]:
+        return None
+    del tail["input"]
+    return tail

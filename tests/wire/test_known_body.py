@@ -1,0 +1,151 @@
+"""Reading a conversation's next body without decoding what it repeats (wire/known_body.py):
+whatever the body, a splice gives what decoding it whole gives, or nothing."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from codexgate.wire.known_body import KnownBody, cache_key_hint, learn, splice
+
+JSON = dict[str, Any]
+
+
+def item(n: int) -> JSON:
+    if n % 3 == 0:
+        return {"type": "function_call", "call_id": f"c{n}", "name": "exec", "arguments": '{"cmd":"ls"}'}
+    if n % 3 == 1:
+        return {"type": "function_call_output", "call_id": f"c{n - 1}", "output": f'out é "{n}"\n'}
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"step {n}"}]}
+
+
+def body(items: list[JSON], **fields: Any) -> JSON:
+    return {"model": "m", "instructions": "be brief", "input": items, "tools": [{"type": "function",
+            "name": "exec"}], "reasoning": {"effort": "low"}, "prompt_cache_key": "thread-1", **fields}  # fmt: skip
+
+
+def known_of(data: JSON) -> KnownBody:
+    raw = orjson.dumps(data)
+    known = learn(raw, orjson.loads(raw)["input"])
+    assert known is not None
+    return known
+
+
+def spliced(raw: bytes, known: KnownBody) -> tuple[JSON, int, KnownBody | None] | None:
+    """A splice, checked against decoding the body whole."""
+    got = splice(raw, known)
+    if got is not None:
+        assert got[0] == orjson.loads(raw)
+    return got
+
+
+def test_the_next_turn_shares_the_known_items_and_decodes_only_the_new() -> None:
+    first = body([item(n) for n in range(6)])
+    known = known_of(first)
+    raw = orjson.dumps(body([item(n) for n in range(9)]))
+    got = spliced(raw, known)
+    assert got is not None
+    data, count, following = got
+    assert count == 6
+    assert all(a is b for a, b in zip(data["input"][:6], known.items, strict=True))
+    assert data["input"] is not known.items  # the request's own list
+    assert following is not None and following.ends[-1] == len(raw) - len(following.suffix)
+    again = spliced(orjson.dumps(body([item(n) for n in range(10)])), following)
+    assert again is not None and again[1] == 9
+
+
+@pytest.mark.parametrize("kept", [1, 3, 5])
+def test_an_earlier_turn_sent_again_shares_the_items_it_has(kept: int) -> None:
+    known = known_of(body([item(n) for n in range(6)]))
+    got = spliced(orjson.dumps(body([item(n) for n in range(kept)])), known)
+    assert got is not None and got[1] == kept
+
+
+def test_a_changed_item_ends_the_shared_part_there() -> None:
+    known = known_of(body([item(n) for n in range(6)]))
+    items = [item(n) for n in range(8)]
+    items[3] = {**items[3], "arguments": '{"cmd":"rm"}'}
+    got = spliced(orjson.dumps(body(items)), known)
+    assert got is not None and got[1] == 3
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"model": "other"},  # before the input: nothing is shared
+        {"instructions": "be long"},
+        {"reasoning": {"effort": "high"}},  # after the input: the suffix differs
+        {"prompt_cache_key": "thread-2"},
+        {"store": False},
+    ],
+)
+def test_a_body_whose_other_fields_changed_is_decoded_whole(changed: JSON) -> None:
+    known = known_of(body([item(n) for n in range(4)]))
+    assert splice(orjson.dumps(body([item(n) for n in range(5)], **changed)), known) is None
+
+
+def test_bodies_orjson_writes_otherwise_are_not_learned_or_not_spliced() -> None:
+    items = [item(n) for n in range(3)]
+    spaced = orjson.dumps(body(items), option=orjson.OPT_INDENT_2)
+    assert learn(spaced, items) is None
+    floats = b'{"model":"m","input":[{"type":"x","n":1.50}],"prompt_cache_key":"k"}'
+    assert learn(floats, orjson.loads(floats)["input"]) is None
+    escaped = b'{"model":"m","input":[{"type":"x","t":"\\u00e9"}],"prompt_cache_key":"k"}'
+    assert learn(escaped, orjson.loads(escaped)["input"]) is None
+    # A new item written otherwise: spliced, but not learned for the turn after.
+    known = known_of(body(items))
+    raw = orjson.dumps(body(items))
+    raw = raw.replace(b"}],", b'},{"type":"x", "n":1}],', 1)
+    got = spliced(raw, known)
+    assert got is not None and got[2] is None
+
+
+def test_a_duplicate_input_key_after_the_items_is_never_spliced() -> None:
+    # A later `input` replaces the array when decoded whole: the tail's marker is gone.
+    known = known_of(body([item(n) for n in range(3)]))
+    raw = orjson.dumps(body([item(n) for n in range(3)]))
+    twice = raw[:-1] + b',"input":[]}'
+    assert learn(twice, [item(n) for n in range(3)]) is None
+    assert splice(raw[:-1] + b',"input":[]}', known) is None
+
+
+def test_an_input_key_inside_a_string_is_not_taken_for_the_input() -> None:
+    # A decoy key ending in `input`, holding the same items, before the real one: found
+    # first, it fails the head's check; a decoy alone is not the input either.
+    items = [item(0)]
+    written = b'{"input":' + orjson.dumps(items) + b"}"
+    decoy = b'{"x\\"input":' + orjson.dumps(items) + b',"input":' + orjson.dumps(items) + b"}"
+    assert learn(decoy, items) is None
+    alone = b'{"x\\"input":' + orjson.dumps(items) + b',"input":[]}'
+    assert learn(alone, items) is None
+    assert learn(written, items) is not None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_edits_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> None:
+    rng = random.Random(seed)
+    items = [item(n) for n in range(rng.randint(1, 8))]
+    known = known_of(body(items))
+    raw = orjson.dumps(body(items + [item(n) for n in range(8, 8 + rng.randint(0, 3))]))
+    for _ in range(20):  # bytes cut, inserted or changed anywhere
+        at = rng.randrange(len(raw))
+        edit = rng.choice([b"", b",", b"]", b"}", b'"', b"0", b" ", b'{"a":1}', b"\\"])
+        mutated = raw[:at] + edit + raw[at + rng.randint(0, 2) :]
+        try:
+            whole = orjson.loads(mutated)
+        except orjson.JSONDecodeError:
+            assert splice(mutated, known) is None
+            continue
+        got = splice(mutated, known)
+        if got is not None:
+            assert got[0] == whole
+
+
+def test_the_cache_key_hint_reads_the_plain_key_only() -> None:
+    assert cache_key_hint(orjson.dumps(body([item(0)]))) == "thread-1"
+    assert cache_key_hint(b'{"prompt_cache_key":"a\\"b"}') is None
+    assert cache_key_hint(b'{"model":"m"}') is None
+    assert cache_key_hint(b'{"prompt_cache_key":"\xff"}') is None
