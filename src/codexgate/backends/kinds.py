@@ -16,6 +16,8 @@ from codexgate.translate.history_memo import Memo
 
 __all__ = ["BackendKind", "Building"]
 
+_MEMORY_PER_BODY_BYTE = 2  # a remembered request in memory, per byte of its body (about)
+
 
 @dataclass(frozen=True, slots=True)
 class Building:
@@ -30,7 +32,9 @@ class Building:
         """A memory of conversations for one backend (translate/history_memo.py), within
         `history_cache_mb`, for requests of at least `history_cache_min_kb`; None when the
         budget is 0."""
-        budget = self.settings.history_cache_mb * 1024 * 1024
+        # Weighed by the bodies' bytes; a remembered request takes about twice its body in
+        # memory (its bytes or translation, and its decoded items): the budget is memory.
+        budget = self.settings.history_cache_mb * 1024 * 1024 // _MEMORY_PER_BODY_BYTE
         min_weight = self.settings.history_cache_min_kb * 1024
         return Memo(budget, min_weight=min_weight) if budget > 0 else None
 

@@ -152,11 +152,12 @@ class Settings(Strict):
     max_request_seconds: float = Field(default=3600.0, gt=0, le=DAY)
     # What is remembered of each conversation between turns, so that the history Codex
     # re-sends every turn is decoded, validated and translated once (translate/history_memo.py,
-    # wire/known_body.py): at most this many MiB of request bodies for the Responses face and
-    # as many per upstream; 0 turns it off. A conversation is remembered from its second
-    # request, if that is at least history_cache_min_kb: Codex's first request alone is ~25 KB,
-    # a working session's 50-100 KB and more (docs/operations.md).
-    history_cache_mb: int = Field(default=64, ge=0, le=1024 * 1024)
+    # wire/known_body.py): at most this many MiB of memory for the Responses face and as many
+    # per upstream (a request takes about twice its body); 0 turns it off. A conversation is
+    # remembered from its second request, if that is at least history_cache_min_kb: Codex's
+    # first request alone is ~25 KB, a working session's 50-100 KB and more
+    # (docs/operations.md).
+    history_cache_mb: int = Field(default=128, ge=0, le=1024 * 1024)
     history_cache_min_kb: int = Field(default=32, ge=0, le=1024 * 1024)
     # Stored responses (previous_response_id, item_reference, GET /v1/responses/{id}, compaction
     # keys; docs/state.md): SQLite by default at store_path (default

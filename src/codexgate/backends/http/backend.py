@@ -40,6 +40,10 @@ class StreamReader(Protocol):
     @property
     def done(self) -> bool: ...
 
+    def decode(self, payload: bytes) -> Any:
+        """One event-stream payload decoded, as `feed` reads it. Raises orjson.JSONDecodeError."""
+        ...
+
     def feed(self, payload: Any) -> None:
         """One decoded event-stream payload. Raises GatewayError for an error in the stream."""
         ...
@@ -173,7 +177,7 @@ class HttpCall:
         reader = self.reader
         done = bool(payloads) and payloads[-1] == DONE
         try:  # the common read: JSON payloads, then perhaps [DONE]
-            decoded = list(map(orjson.loads, payloads[:-1] if done else payloads))
+            decoded = list(map(reader.decode, payloads[:-1] if done else payloads))
         except orjson.JSONDecodeError:
             self._feed_each(payloads)
             return
@@ -189,7 +193,7 @@ class HttpCall:
         for data in payloads:
             if data != DONE:
                 try:
-                    decoded.append(orjson.loads(data))
+                    decoded.append(reader.decode(data))
                     continue
                 except orjson.JSONDecodeError:
                     pass

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from codexgate.errors import UpstreamStreamCut
+from codexgate.translate.chat_upstream.plain_chunks import PlainChunks
 from codexgate.translate.envelope import chat_usage_to_responses
 from codexgate.translate.turn import Turn
 from codexgate.translate.upstream_errors import classify
@@ -52,6 +53,8 @@ class ChatStreamTranslator:
         self._call_keys: dict[int, int] = {}  # upstream index -> the turn's key, when they differ
         self._call_ids: dict[int, str | None] = {}  # the turn's key -> the upstream's call id
         self._args_started: set[int] = set()  # keys whose arguments started: their name is whole
+        # An event-stream payload decoded, a plain text chunk read from its bytes as its text.
+        self.decode = PlainChunks(_plain_content).decode
 
     # -- public API: each call feeds the turn; its run loop (or a test) takes the events
 
@@ -61,13 +64,14 @@ class ChatStreamTranslator:
         return self.turn.done
 
     def feed(self, chunk: Any) -> None:
-        """One decoded chunk. Raises an UpstreamError for an error object in the stream, and
-        the turn's failure (ModelOutputLoop when the loop guard stops the model); what the
-        chunk fed before that stays in the turn and goes out ahead of `fail()`'s events."""
+        """One chunk as `decode` gives it (a str: a plain chunk's text). Raises an
+        UpstreamError for an error object in the stream, and the turn's failure
+        (ModelOutputLoop when the loop guard stops the model); what the chunk fed before that
+        stays in the turn and goes out ahead of `fail()`'s events."""
         turn = self.turn
         if turn.done:
             return
-        content = _plain_content(chunk)
+        content = chunk if type(chunk) is str else _plain_content(chunk)
         if content is not None:  # most chunks: skip the general walk below
             turn.text(content)
         else:
@@ -81,7 +85,7 @@ class ChatStreamTranslator:
         `feed` does, at the chunk that failed; the chunks after it are not fed."""
         texts: list[str] = []
         for chunk in chunks:
-            content = _plain_content(chunk)
+            content = chunk if type(chunk) is str else _plain_content(chunk)
             if content is not None:
                 texts.append(content)
                 continue

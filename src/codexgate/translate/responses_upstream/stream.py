@@ -131,6 +131,11 @@ class ResponsesStreamReader:
         """The turn has ended."""
         return self.turn.done
 
+    @staticmethod
+    def decode(payload: bytes) -> Any:
+        """One event-stream payload decoded (raises orjson.JSONDecodeError)."""
+        return orjson.loads(payload)
+
     def feed_all(self, events: list[Any]) -> None:
         """`feed` for each event in order, up to the end of the turn."""
         for event in events:
