@@ -75,16 +75,39 @@ def test_a_changed_item_ends_the_shared_part_there() -> None:
 @pytest.mark.parametrize(
     "changed",
     [
-        {"model": "other"},  # before the input: nothing is shared
-        {"instructions": "be long"},
         {"reasoning": {"effort": "high"}},  # after the input: the suffix differs
         {"prompt_cache_key": "thread-2"},
         {"store": False},
     ],
 )
-def test_a_body_whose_other_fields_changed_is_decoded_whole(changed: JSON) -> None:
+def test_a_body_whose_fields_after_the_input_changed_is_decoded_whole(changed: JSON) -> None:
     known = known_of(body([item(n) for n in range(4)]))
     assert splice(orjson.dumps(body([item(n) for n in range(5)], **changed)), known) is None
+
+
+@pytest.mark.parametrize("changed", [{"model": "other-model"}, {"instructions": "be long " * 50}, {"model": "m"}])
+def test_another_head_before_the_same_items_shares_them(changed: JSON) -> None:
+    known = known_of(body([item(n) for n in range(4)]))
+    got = spliced(orjson.dumps(body([item(n) for n in range(5)], **changed)), known)
+    assert got is not None and got[1] == 4 and got[2] is not None
+    again = spliced(orjson.dumps(body([item(n) for n in range(6)], **changed)), got[2])
+    assert again is not None and again[1] == 5
+
+
+def test_another_head_with_a_rewritten_item_is_decoded_whole() -> None:
+    known = known_of(body([item(n) for n in range(4)]))
+    items = [item(n) for n in range(5)]
+    items[0] = item(9)
+    assert splice(orjson.dumps(body(items, model="other")), known) is None
+
+
+def test_the_known_items_under_a_decoy_key_before_the_input_are_not_taken_for_it() -> None:
+    items = [item(n) for n in range(3)]
+    known = known_of(body(items))
+    raw = orjson.dumps(body([*items, item(3)], model="other"))
+    decoy = raw.replace(b'"instructions"', b'"x":' + orjson.dumps(items) + b',"instructions"', 1)
+    got = spliced(decoy, known)  # found under "x" first: that head does not open the input
+    assert got is None
 
 
 def test_bodies_orjson_writes_otherwise_are_not_learned_or_not_spliced() -> None:

@@ -9,6 +9,9 @@ body as bytes with where each input item ends (`KnownBody`), and reads the next 
 (`splice`) as: the last body's leading bytes compared (one memcmp), the new items and nothing
 else decoded, the items before them the very objects checked last turn.
 
+When only the fields before `input` changed (the model, the instructions), the known items'
+bytes are found whole after the new head instead, and the head decoded.
+
 The result is the same dict `orjson.loads(body)` gives (its keys may come in another order),
 or None, and then the caller decodes the body whole. That holds because every piece of the
 body is either compared byte for byte with the last body, at a point where the two parses are
@@ -55,6 +58,7 @@ class KnownBody:
     suffix: bytes  # the body after its last input item: `]` closing `input`, the other fields
     tail: dict[str, Any]  # the fields after `input`, decoded
     items: list[Any]  # the input items as decoded and checked
+    start: int  # where the first item begins in the body (after the head)
 
 
 def cache_key_hint(body: bytes) -> str | None:
@@ -102,7 +106,7 @@ def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> Know
         return None
     if tools is not None and tail.get("tools") == tools:
         tail["tools"] = tools
-    return KnownBody(body[:last], tuple(ends), head, suffix, tail, items)
+    return KnownBody(body[:last], tuple(ends), head, suffix, tail, items, start)
 
 
 def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBody | None] | None:
@@ -115,8 +119,11 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
         return None
     room = len(body) - len(suffix)  # the body's bytes before the suffix
     count = _shared_items(body, known, room)
-    if count == 0:
-        return None
+    if count == 0:  # perhaps another head (model, instructions) before the same items
+        moved = _moved(body, known, room)
+        if moved is None:
+            return None
+        known, count = moved, len(moved.ends)
     last = known.ends[count - 1]
     middle = body[last:room]
     try:
@@ -136,7 +143,23 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     whole = count == len(known.ends) and not new
     prefix = known.prefix if whole else body[:room]
     ends = known.ends[:count] + new_ends
-    return data, count, KnownBody(prefix, ends, known.head, suffix, known.tail, items)
+    return data, count, KnownBody(prefix, ends, known.head, suffix, known.tail, items, known.start)
+
+
+def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
+    """`known` as it stands in `body` when only the fields before `input` changed (another
+    model, other instructions): all its items' bytes, found after a head that opens the
+    top-level `input` (see `_head`); None when they are not there."""
+    written = known.prefix[known.start :]
+    at = body.find(written)
+    if at < 0 or at + len(written) > room:
+        return None
+    head = _head(body[:at])
+    if head is None:
+        return None
+    shift = at - known.start
+    ends = tuple(end + shift for end in known.ends)
+    return KnownBody(body[: at + len(written)], ends, head, known.suffix, known.tail, known.items, at)
 
 
 def _shared_items(body: bytes, known: KnownBody, room: int) -> int:
