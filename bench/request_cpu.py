@@ -166,7 +166,9 @@ def bare_app(upstream_v1: str) -> App:
     return BareRelay(upstream_v1)
 
 
-def bodies(kind: str, count: int) -> list[bytes]:
+def bodies(kind: str, count: int, tag: str = "") -> list[bytes]:
+    """`count` requests of `kind`; `tag` names the distinct sessions (each run its own, so
+    that every request is its session's first)."""
     model = ANSWER.model
     if kind == "growing":
         session = growing_session(ANSWER)
@@ -175,7 +177,7 @@ def bodies(kind: str, count: int) -> list[bytes]:
         out = []
         for i in range(count):
             req = codex_request(ANSWER, history_bytes=50_000, seed=1000 + i)
-            req["prompt_cache_key"] = f"bench-request-{i:04d}"
+            req["prompt_cache_key"] = f"bench-request-{tag}{i:04d}"
             out.append(orjson.dumps(req))
         return out
     big = orjson.dumps({**codex_request(ANSWER, history_bytes=1_000_000, seed=7), "model": model})
@@ -200,7 +202,7 @@ async def measure(relay: str, upstream_v1: str, count: int) -> dict[str, Any]:
     try:
         for kind, n in (("growing", count), ("distinct", count // 2), ("1MB", max(8, count // 10))):
             for regime, gap in REGIMES.items():
-                out[f"{kind}_{regime}"] = await _run(app, clock, relay, bodies(kind, n + 8), gap)
+                out[f"{kind}_{regime}"] = await _run(app, clock, relay, bodies(kind, n + 8, regime), gap)
     finally:
         await stop()
     return out
