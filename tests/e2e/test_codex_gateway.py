@@ -14,8 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
+from codexgate.server.faces import responses as face
 from tests.e2e.codex_cli import CODEX_VERSION, CodexRun, codex_versions, run_codex_in, serving_tapped
 from tests.support.fake_upstream import (
     FakeUpstream,
@@ -111,6 +113,39 @@ def test_exec_command_then_an_answer_from_its_output(tmp_path: Path, codex_versi
     assert not any("unparsed" in body for body in traffic.bodies("http"))
     assert not any("content-encoding" in h for h in traffic.response_headers)
     assert all(h["content-type"].startswith("text/event-stream") for h in traffic.response_headers)
+
+
+@codex_versions
+def test_codex_bodies_are_read_from_the_remembered_bytes_from_the_third_request(
+    tmp_path: Path, codex_version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # wire/known_body.py only splices bodies written as orjson writes their items: Codex's
+    # own serializer must be one of them, or its turns are always decoded whole.
+
+    spliced: list[int] = []
+    whole = face.splice
+
+    def counted(body: bytes, known: Any) -> Any:
+        got = whole(body, known)
+        if got is not None:
+            assert got[0] == orjson.loads(body)
+            spliced.append(got[1])
+        return got
+
+    monkeypatch.setattr(face, "splice", counted)
+    steps = by_step(
+        lambda _: tool_calls_reply([exec_call("echo one")]),
+        lambda _: tool_calls_reply([exec_call("echo two")]),
+        lambda _: tool_calls_reply([exec_call("echo three")]),
+        lambda _: text_reply("Done."),
+    )
+    with serving_tapped(steps, retry_backoff=RETRY_BACKOFF, history_cache_min_kb=0) as (gateway, fake, _):
+        run = codex(tmp_path, gateway, "Do the three steps", version=codex_version)
+    assert run.ok, run.describe()
+    assert len(fake.requests) == 4
+    # The first request is not remembered, the second is learned, the next two are spliced,
+    # each on all the items of the one before.
+    assert len(spliced) == 2 and all(count > 1 for count in spliced), spliced
 
 
 def patch_call(patch: str) -> tuple[str, str]:

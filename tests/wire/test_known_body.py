@@ -12,6 +12,7 @@ import pytest
 from codexgate.wire.known_body import KnownBody, cache_key_hint, learn, splice
 
 JSON = dict[str, Any]
+LONG_TOOLS = [{"type": "function", "name": f"tool_{n}", "description": "does a thing " * 8} for n in range(4)]
 
 
 def item(n: int) -> JSON:
@@ -94,6 +95,21 @@ def test_another_head_before_the_same_items_shares_them(changed: JSON) -> None:
     assert again is not None and again[1] == 5
 
 
+@pytest.mark.parametrize("turns", [1, 3])
+def test_other_fields_after_the_input_are_decoded_and_the_items_still_shared(turns: int) -> None:
+    # Codex's client_metadata (after the tools) comes in another order every request.
+    def codex_like(n: int, meta: JSON) -> JSON:
+        return body([item(i) for i in range(n)], tools=LONG_TOOLS, client_metadata=meta)
+
+    known = known_of(codex_like(4, {"a": "1", "b": "2"}))
+    for turn in range(turns):
+        raw = orjson.dumps(codex_like(5 + turn, {"b": "2", "a": str(turn)}))
+        got = spliced(raw, known)
+        assert got is not None and got[1] == 4 + turn and got[2] is not None
+        assert got[0]["tools"] is known.tail["tools"]  # the same list: compared by identity next
+        known = got[2]
+
+
 def test_another_head_with_a_rewritten_item_is_decoded_whole() -> None:
     known = known_of(body([item(n) for n in range(4)]))
     items = [item(n) for n in range(5)]
@@ -151,8 +167,9 @@ def test_an_input_key_inside_a_string_is_not_taken_for_the_input() -> None:
 def test_random_edits_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> None:
     rng = random.Random(seed)
     items = [item(n) for n in range(rng.randint(1, 8))]
-    known = known_of(body(items))
-    raw = orjson.dumps(body(items + [item(n) for n in range(8, 8 + rng.randint(0, 3))]))
+    fields = {"tools": LONG_TOOLS, "client_metadata": {"k": "v"}} if seed % 2 else {}
+    known = known_of(body(items, **fields))
+    raw = orjson.dumps(body(items + [item(n) for n in range(8, 8 + rng.randint(0, 3))], **fields))
     for _ in range(20):  # bytes cut, inserted or changed anywhere
         at = rng.randrange(len(raw))
         edit = rng.choice([b"", b",", b"]", b"}", b'"', b"0", b" ", b'{"a":1}', b"\\"])

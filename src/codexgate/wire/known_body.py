@@ -10,7 +10,9 @@ body as bytes with where each input item ends (`KnownBody`), and reads the next 
 else decoded, the items before them the very objects checked last turn.
 
 When only the fields before `input` changed (the model, the instructions), the known items'
-bytes are found whole after the new head instead, and the head decoded.
+bytes are found whole after the new head instead, and the head decoded; when the fields after
+it changed (Codex's `client_metadata` does every request), the input's end is found by the
+last suffix's first bytes, and the fields after it decoded.
 
 The result is the same dict `orjson.loads(body)` gives (its keys may come in another order),
 or None, and then the caller decodes the body whole. That holds because every piece of the
@@ -46,6 +48,9 @@ _INPUT_KEY = b'"input":['
 _MARK = secrets.token_hex(16)
 _MARKED_OPENING = b'{"input":["' + _MARK.encode() + b'"'
 _CACHE_KEY = b'"prompt_cache_key":"'
+# The first bytes of the last suffix (`],"tools":[...`) mark where the input ends in a body
+# whose later fields changed; wherever they are found, the decodings prove the place.
+_SUFFIX_START = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +119,10 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     objects; how many those are; and `body`'s KnownBody (None: its new items are not written
     as orjson writes them, so it is not known). None when `body` does not continue `known`'s
     body: then decode it whole."""
-    suffix = known.suffix
-    if not body.endswith(suffix):
+    after = _after_input(body, known)
+    if after is None:
         return None
-    room = len(body) - len(suffix)  # the body's bytes before the suffix
+    room, suffix, tail = after
     count = _shared_items(body, known, room)
     if count == 0:  # perhaps another head (model, instructions) before the same items
         moved = _moved(body, known, room)
@@ -136,14 +141,14 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     items = known.items[:count] + new  # a list of this request's own
     data = dict(known.head)
     data["input"] = items
-    data.update(known.tail)
+    data.update(tail)
     new_ends = _new_ends(middle, new, last)
     if new_ends is None:
         return data, count, None
     whole = count == len(known.ends) and not new
     prefix = known.prefix if whole else body[:room]
     ends = known.ends[:count] + new_ends
-    return data, count, KnownBody(prefix, ends, known.head, suffix, known.tail, items, known.start)
+    return data, count, KnownBody(prefix, ends, known.head, suffix, tail, items, known.start)
 
 
 def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
@@ -160,6 +165,27 @@ def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
     shift = at - known.start
     ends = tuple(end + shift for end in known.ends)
     return KnownBody(body[: at + len(written)], ends, head, known.suffix, known.tail, known.items, at)
+
+
+def _after_input(body: bytes, known: KnownBody) -> tuple[int, bytes, dict[str, Any]] | None:
+    """Where `body`'s input ends (its bytes before the suffix), its suffix and the fields
+    after the input: `known`'s when the body ends the same; else found by the last suffix's
+    first bytes (Codex's client_metadata, after the tools, changes every request) and
+    decoded; None when neither."""
+    suffix = known.suffix
+    if body.endswith(suffix):
+        return len(body) - len(suffix), suffix, known.tail
+    room = body.rfind(suffix[:_SUFFIX_START])
+    if room < 0:
+        return None
+    suffix = body[room:]
+    tail = _tail(suffix)
+    if tail is None:
+        return None
+    tools = known.tail.get("tools")
+    if tools is not None and tail.get("tools") == tools:
+        tail["tools"] = tools  # the checked tools, compared by identity from here on
+    return room, suffix, tail
 
 
 def _shared_items(body: bytes, known: KnownBody, room: int) -> int:

@@ -81,6 +81,13 @@ def test_a_content_key_that_is_not_the_deltas_is_never_learned() -> None:
     assert plain.text(decoy.replace(b'"extra":{"content":"tok"}', b'"extra":{"content":"other"}')) is None
 
 
+def test_a_stream_whose_template_changes_is_learned_again() -> None:
+    plain = PlainChunks(_plain_content)
+    for second in range(20):  # llama.cpp writes the time in every chunk
+        plain.decode(chunk("first", created=second))
+        assert plain.text(chunk("next", created=second)) == "next"
+
+
 def test_learning_stops_after_a_few_chunks_that_teach_nothing() -> None:
     plain = PlainChunks(_plain_content)
     for _ in range(10):

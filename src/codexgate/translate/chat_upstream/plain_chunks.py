@@ -27,7 +27,7 @@ import orjson
 __all__ = ["PlainChunks"]
 
 _PROBE = "\x01probe"
-_LEARNING = 8  # chunks decoded whole that may teach the template, per stream
+_LEARNING = 8  # chunks decoded whole that may teach the template, since the last that did
 
 
 class PlainChunks:
@@ -56,7 +56,10 @@ class PlainChunks:
             self._learning -= 1
             text = self._read(chunk)
             if text is not None:
-                self.learn(payload, text)
+                # A stream whose template changes (llama.cpp writes the second in each chunk)
+                # may teach it again.
+                if self.learn(payload, text):
+                    self._learning = _LEARNING
                 return text
         elif kind is str:
             return [chunk]
@@ -76,18 +79,20 @@ class PlainChunks:
             return None
         return text if type(text) is str and text else None
 
-    def learn(self, payload: bytes, text: str) -> None:
+    def learn(self, payload: bytes, text: str) -> bool:
         """Take `payload`, a chunk whose plain text is `text`, as the template if it proves one
-        (see the module's doc)."""
+        (see the module's doc); whether it did."""
         written = b'"content":' + orjson.dumps(text)
         at = payload.rfind(written)
         if at < 0:
-            return
+            return False
         head = payload[: at + len(b'"content":')]
         tail = payload[at + len(written) :]
         try:
             probed = orjson.loads(head + orjson.dumps(_PROBE) + tail)
         except orjson.JSONDecodeError:
-            return
-        if self._read(probed) == _PROBE:
-            self._head, self._tail = head, tail
+            return False
+        if self._read(probed) != _PROBE:
+            return False
+        self._head, self._tail = head, tail
+        return True
