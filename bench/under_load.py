@@ -77,6 +77,7 @@ SATURATED = Scenario("text", 100, 4, 0)
 PACED = Scenario("text", 100, 4, 10)
 SLOW = Scenario("text", 100, 4, 50, 2000)
 _MODEL = b"__bench_model__"
+_TURN_ID = b'"turn_id":"0199a1f2-0000'  # workload.client_metadata(0)'s
 
 
 # -- the sessions ------------------------------------------------------------------------------
@@ -112,6 +113,8 @@ class Sessions:
             b'[{"type":"input_text","text":"Good. Now do step %d of the plan."}]}' % (t, t, t + 1)
             for t in range(1, turn + 1)
         )
+        # Codex's client_metadata, last in the body, names the turn (workload.client_metadata).
+        tail = tail.replace(_TURN_ID, _TURN_ID.replace(b"0000", b"%04d" % (turn % 10_000)), 1)
         return (head + added + tail).replace(_MODEL, scenario.model.encode(), 1)
 
 

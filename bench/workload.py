@@ -393,10 +393,21 @@ def codex_request(scenario: Scenario, *, history_bytes: int = 0, seed: int = 7) 
         "stream": True,
         "include": ["reasoning.encrypted_content"],
         "prompt_cache_key": "0199a1f2-6b1c-7d3e-9f00-5a4b3c2d1e0f",
+        "client_metadata": client_metadata(0),
     }
     if history_bytes:
         _add_history(body, rng, history_bytes)
     return body
+
+
+def client_metadata(turn: int) -> JSON:
+    """What Codex (0.169+) sends after everything else: ids, one of them the turn's, so that
+    no two requests of a conversation end with the same bytes."""
+    return {
+        "x-codex-installation-id": "b4a69b38-78fd-4e1d-be7b-5fca6b4ee058",
+        "session_id": "0199a1f2-6b1c-7d3e-9f00-5a4b3c2d1e0f",
+        "turn_id": f"0199a1f2-{turn:04d}-7d3e-9f00-5a4b3c2d1e0f",
+    }
 
 
 def growing(body: bytes, turns: int) -> list[bytes]:
@@ -412,6 +423,7 @@ def growing(body: bytes, turns: int) -> list[bytes]:
             {**answer, "id": f"msg_t{turn}"},
             _msg("user", f"Good. Now do step {turn + 1} of the plan."),
         ]
+        data["client_metadata"] = client_metadata(turn)
         out.append(orjson.dumps(data))
     return out
 
@@ -441,6 +453,7 @@ def growing_session(scenario: Scenario, count: int = 16, last: int = 85_000, see
         log = _test_log(rng, max(200, room - 60))
         items[1]["output"] = f"Exit code: 0\nWall time: 0.4 seconds\nOutput:\n{log}"
         body["input"] = body["input"] + items
+        body["client_metadata"] = client_metadata(turn)
         out.append(orjson.dumps(body))
     return out
 
