@@ -98,11 +98,7 @@ def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> Know
     if at < 0:  # the first place: a wrong one fails the head's or the tail's check
         return None
     start = at + len(_INPUT_KEY)
-    ends = []
-    end = start - 1
-    for one in encoded:
-        end += 1 + len(one)
-        ends.append(end)
+    ends = _ends(encoded, start - 1)
     head = _head(body[:start])
     last = ends[-1]
     suffix = body[last:]
@@ -111,7 +107,7 @@ def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> Know
         return None
     if tools is not None and tail.get("tools") == tools:
         tail["tools"] = tools
-    return KnownBody(body[:last], tuple(ends), head, suffix, tail, items, start)
+    return KnownBody(body[:last], ends, head, suffix, tail, items, start)
 
 
 def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBody | None] | None:
@@ -214,11 +210,15 @@ def _new_ends(middle: bytes, new: list[Any], last: int) -> tuple[int, ...] | Non
     encoded = [orjson.dumps(item) for item in new]
     if middle != b"," + b",".join(encoded):
         return None
+    return _ends(encoded, last)
+
+
+def _ends(encoded: list[bytes], last: int) -> tuple[int, ...]:
+    """Where each of `encoded` ends when they follow `last`, each after a comma."""
     ends = []
-    end = last
     for one in encoded:
-        end += 1 + len(one)
-        ends.append(end)
+        last += 1 + len(one)
+        ends.append(last)
     return tuple(ends)
 
 
