@@ -209,7 +209,8 @@ async def _profile(
     from run import analyse_profile
 
     got = analyse_profile(out_file.read_text() if out_file.exists() else "")
-    out_file.unlink(missing_ok=True)
+    if not os.environ.get("PER_CORE_KEEP_PROFILE"):
+        out_file.unlink(missing_ok=True)
     if "top_self" not in got:
         return f"profile: no samples ({got.get('error', '')})"
     lines = [f"py-spy, {relay.name}, {args.profile} at c={CONCURRENCY} ({got['samples']} samples):"]

@@ -113,3 +113,37 @@ def test_random_edits_read_as_decoding_whole_does(seed: int) -> None:
                 plain.decode(payload)
             continue
         assert read(plain.decode(payload)) == whole
+
+
+def test_a_read_of_many_chunks_decodes_as_each_one_does() -> None:
+    """`decode_all` gives what `decode` gives for each payload in turn, across a template
+    learned, relearned (the time in every chunk) and chunks that are not plain."""
+    payloads = [chunk("a", delta={"role": "assistant"}), chunk("first"), chunk("x"), chunk(""),
+                chunk("y", created=2), chunk("z", created=2), chunk("w", usage={"prompt_tokens": 1}),
+                b'"a string"', chunk('"quoted" \\ é'), chunk("last", created=2)]  # fmt: skip
+    one_by_one = PlainChunks(_plain_content)
+    in_one_call = PlainChunks(_plain_content)
+    assert in_one_call.decode_all(payloads) == [one_by_one.decode(p) for p in payloads]
+    assert in_one_call.decode_all([chunk("q", created=2)]) == ["q"]  # read with the template it learned last
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_edits_in_a_read_of_many_decode_as_each_one_does(seed: int) -> None:
+    rng = random.Random(seed)
+    plain = PlainChunks(_plain_content)
+    plain.decode(chunk("learned"))
+    base = chunk("some text")
+    payloads = []
+    for _ in range(40):
+        at = rng.randrange(len(base))
+        edit = rng.choice([b"", b"\\", b",", b"}", b"\\n", b"\\u0041", b' "x":1,', b"\x01"])
+        payload = base[:at] + edit + base[at + rng.randint(0, 2) :]
+        try:
+            whole = expected(payload)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                plain.decode_all([chunk("before"), payload])
+            continue
+        payloads.append((payload, whole))
+    got = plain.decode_all([payload for payload, _ in payloads])
+    assert [read(value) for value in got] == [whole for _, whole in payloads]

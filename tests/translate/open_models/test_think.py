@@ -202,3 +202,32 @@ def test_random_streams_lose_and_duplicate_nothing(start_inside: bool) -> None:
         out = "".join(piece for _, piece in whole)
         assert len(_visible(out)) == len(_visible(text)) - dropped, (text, whole)
         assert [kind for kind, _ in whole] in ([], ["reasoning"], ["text"], ["reasoning", "text"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_marker_searches_agree_with_reading_each_marker(seed: int) -> None:
+    """The precomputed searches (the probe of every first delta uses them) give what trying
+    each marker in turn gives."""
+    from codexgate.translate.open_models.think import _DEFAULT_MARKERS, _find_first, _lower, _partial_suffix
+
+    def first(low: str, markers: Sequence[str]) -> tuple[int, int]:
+        found = [(low.find(m), i) for i, m in enumerate(markers) if low.find(m) != -1]
+        return min(found) if found else (-1, -1)
+
+    def partial(low: str, markers: Sequence[str], shortest: int) -> int:
+        for k in range(len(low), max(shortest, 1) - 1, -1):
+            if any(len(m) > k and m.startswith(low[-k:]) for m in markers):
+                return k
+        return 0
+
+    rng = random.Random(seed)
+    closes, opens = _DEFAULT_MARKERS.implicit_closes, _DEFAULT_MARKERS.opens
+    alphabet = "<>/|_thinkgseo:◁▷ Tx"
+    for _ in range(400):
+        low = _lower("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))))
+        low += rng.choice(["", *closes])[: rng.randint(0, 20)]
+        assert _find_first(low, closes) == first(low, closes)
+        shortest = rng.randint(1, 4)
+        assert _partial_suffix(low, closes, shortest) == partial(low, closes, shortest)
+        assert (low in _DEFAULT_MARKERS.open_prefixes) == any(o.startswith(low) for o in opens if low)
+    assert _lower("ÀB<Think>") == "Àb<think>"  # ASCII only: indices stay those of the text

@@ -44,6 +44,11 @@ class StreamReader(Protocol):
         """One event-stream payload decoded, as `feed` reads it. Raises orjson.JSONDecodeError."""
         ...
 
+    def decode_all(self, payloads: list[bytes]) -> list[Any]:
+        """`decode` for each payload in order (those of one read), in one call. Raises
+        orjson.JSONDecodeError as `decode` does."""
+        ...
+
     def feed(self, payload: Any) -> None:
         """One decoded event-stream payload. Raises GatewayError for an error in the stream."""
         ...
@@ -177,7 +182,7 @@ class HttpCall:
         reader = self.reader
         done = bool(payloads) and payloads[-1] == DONE
         try:  # the common read: JSON payloads, then perhaps [DONE]
-            decoded = list(map(reader.decode, payloads[:-1] if done else payloads))
+            decoded = reader.decode_all(payloads[:-1] if done else payloads)
         except orjson.JSONDecodeError:
             self._feed_each(payloads)
             return

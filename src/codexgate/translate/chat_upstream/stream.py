@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from itertools import groupby
 from typing import Any
 
 import orjson
@@ -54,7 +55,9 @@ class ChatStreamTranslator:
         self._call_ids: dict[int, str | None] = {}  # the turn's key -> the upstream's call id
         self._args_started: set[int] = set()  # keys whose arguments started: their name is whole
         # An event-stream payload decoded, a plain text chunk read from its bytes as its text.
-        self.decode = PlainChunks(_plain_content).decode
+        plain = PlainChunks(_plain_content)
+        self.decode = plain.decode
+        self.decode_all = plain.decode_all
 
     # -- public API: each call feeds the turn; its run loop (or a test) takes the events
 
@@ -84,15 +87,21 @@ class ChatStreamTranslator:
         deltas goes to the turn in one call (Turn.texts), with the same events. Raises as
         `feed` does, at the chunk that failed; the chunks after it are not fed."""
         texts: list[str] = []
-        for chunk in chunks:
-            content = chunk if type(chunk) is str else _plain_content(chunk)
-            if content is not None:
-                texts.append(content)
+        # Grouped by type: a read's chunks are nearly all texts already (`decode`), taken in
+        # runs without a test per chunk here.
+        for kind, group in groupby(chunks, type):
+            if kind is str:
+                texts.extend(group)
                 continue
-            if texts:
-                self._feed_texts(texts)
-                texts = []
-            self.feed(chunk)
+            for chunk in group:
+                content = _plain_content(chunk)
+                if content is not None:
+                    texts.append(content)
+                    continue
+                if texts:
+                    self._feed_texts(texts)
+                    texts = []
+                self.feed(chunk)
         if texts:
             self._feed_texts(texts)
 

@@ -47,6 +47,8 @@ start, closed), `think.start_inside` (configured, closed), `think.auto_inside` (
 
 from __future__ import annotations
 
+import functools
+import re
 import string
 from collections import Counter
 from collections.abc import Sequence
@@ -67,8 +69,9 @@ _TAG_STARTS = (_LT, _TRIANGLE)  # every closing tag begins with one of these
 
 
 def _lower(text: str) -> str:
-    # ASCII only, so that indices in the lowered text are indices in the original.
-    return text.translate(_ASCII_LOWER)
+    # ASCII only, so that indices in the lowered text are indices in the original (for ASCII
+    # text, which `isascii` tells without a scan, that is `lower`, several times cheaper).
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,25 +116,41 @@ THINK_TAGS: tuple[ThinkTags, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _proper_prefixes(markers: tuple[str, ...]) -> tuple[frozenset[str], int]:
+    """Every non-empty proper prefix of `markers`, and the longest one's length: held once per
+    set of markers (the probe of every response's first delta asks)."""
+    prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
+    return prefixes, max((len(m) for m in markers), default=1) - 1
+
+
 def _partial_suffix(low: str, markers: tuple[str, ...], shortest: int = 1) -> int:
     """Length of the longest suffix of `low` that is a proper prefix of one of `markers`, if
     it is at least `shortest` long; else 0."""
-    longest = max((len(m) for m in markers), default=1) - 1
+    prefixes, longest = _proper_prefixes(markers)
     for k in range(min(len(low), longest), max(shortest, 1) - 1, -1):
-        tail = low[-k:]
-        if any(len(m) > k and m.startswith(tail) for m in markers):
+        if low[-k:] in prefixes:
             return k
     return 0
 
 
+@functools.lru_cache(maxsize=64)
+def _marker_search(markers: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, int]]:
+    """One pattern finding the earliest of `markers` (the first listed wins at a position),
+    and each marker's index."""
+    index: dict[str, int] = {}
+    for i, marker in enumerate(markers):
+        index.setdefault(marker, i)
+    return re.compile("|".join(map(re.escape, markers))), index
+
+
 def _find_first(low: str, markers: tuple[str, ...]) -> tuple[int, int]:
     """(position, index into `markers`) of the earliest marker in `low`, or (-1, -1)."""
-    best = (-1, -1)
-    for i, marker in enumerate(markers):
-        pos = low.find(marker)
-        if pos != -1 and (best[0] == -1 or pos < best[0]):
-            best = (pos, i)
-    return best
+    if not markers:
+        return (-1, -1)
+    pattern, index = _marker_search(markers)
+    found = pattern.search(low)
+    return (-1, -1) if found is None else (found.start(), index[found.group()])
 
 
 def _emit(out: list[Piece], kind: PieceKind, text: str) -> None:
@@ -150,11 +169,14 @@ class _Markers:
     implicit: tuple[ThinkTags, ...]
     opens: tuple[str, ...]
     implicit_closes: tuple[str, ...]
+    open_prefixes: frozenset[str]  # every non-empty prefix of an opening tag, whole ones too
 
     @classmethod
     def of(cls, tags: tuple[ThinkTags, ...]) -> _Markers:
         implicit = tuple(t for t in tags if t.implicit)
-        return cls(implicit, tuple(_lower(t.open) for t in tags), tuple(_lower(t.close) for t in implicit))
+        opens = tuple(_lower(t.open) for t in tags)
+        prefixes = frozenset(o[:k] for o in opens for k in range(1, len(o) + 1))
+        return cls(implicit, opens, tuple(_lower(t.close) for t in implicit), prefixes)
 
 
 # Built once: every response with think tags makes a splitter for the default families.
@@ -183,6 +205,7 @@ class ThinkSplitter:
         markers = _DEFAULT_MARKERS if tags is THINK_TAGS else _Markers.of(tags)
         self._implicit = markers.implicit
         self._opens = markers.opens
+        self._open_prefixes = markers.open_prefixes
         self._implicit_closes = markers.implicit_closes
         self._state: _State = "probe"
         self._buf = ""
@@ -278,7 +301,7 @@ class ThinkSplitter:
             if low.startswith(open_low):
                 self._enter_reasoning(tags, "think.block", body[len(open_low) :])
                 return True
-        if not final and (not body or any(o.startswith(low) for o in self._opens)):
+        if not final and (not body or low in self._open_prefixes):
             return False  # could still become an opening tag
         if self._start_inside:
             self._enter_reasoning(None, "think.start_inside", self._buf)

@@ -136,6 +136,11 @@ class ResponsesStreamReader:
         """One event-stream payload decoded (raises orjson.JSONDecodeError)."""
         return orjson.loads(payload)
 
+    @staticmethod
+    def decode_all(payloads: list[bytes]) -> list[Any]:
+        """`decode` for each payload, in order."""
+        return list(map(orjson.loads, payloads))
+
     def feed_all(self, events: list[Any]) -> None:
         """`feed` for each event in order, up to the end of the turn."""
         for event in events:
