@@ -378,12 +378,12 @@ def test_runs_of_code_text_make_the_same_events_in_reads_as_one_at_a_time(seed: 
 
 
 def test_a_pipeline_says_which_stage_left_which_texts() -> None:
-    """The loop guard (after the content stage) takes deltas until a check is due; the
-    deltas the content stage took past that point go on from the guard's place."""
+    """The loop guard (after the content stage) takes deltas up to the one whose check finds
+    a loop; the deltas the content stage took past it go on from the guard's place."""
     stages = build_pipeline(catalogue_of([SHELL]), **ALL_ON)
     assert stages.feed_text("plain start") is None
-    texts = ["abcd"] * 60  # 240 characters: the guard checks every 200
+    texts = ["I'm sure. "] * 200  # a loop from ~1,200 characters: the guard checks every 200
     passed, taken, rest = stages.take_texts(texts)
-    assert taken == 60  # the content stage took every one
-    assert 0 < passed < 60
-    assert rest == [(1, passed, 60)]
+    assert taken == 200  # the content stage took every one
+    assert 100 < passed < 200
+    assert rest == [(1, passed, 200)]

@@ -99,3 +99,31 @@ async def test_the_loop_guard_can_be_switched_off(tmp_path: Path) -> None:
     async with gateway(fake=fake, config=config) as (client, _, _):
         events = await stream_events(client, {"model": "m", "input": "hi"})
     assert terminal(events)["type"] == "response.completed"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_run_taken_at_once_finds_the_loop_at_the_delta_feeding_each_one_does(seed: int) -> None:
+    """`take_all` checks as it goes, and leaves the delta whose check finds a loop to `feed`:
+    the same loop, at the same delta, as feeding the deltas one by one, and the same state."""
+    rng = random.Random(seed)
+    prose = " ".join(rng.choice(["parse", "the", "tokens", "fix", "x = 1;", "\n", "café"]) for _ in range(300))
+    text = prose[: rng.randint(0, len(prose))] + SMOLLM2_LOOP * rng.choice([0, 3, 30])
+    deltas: list[str] = []
+    while sum(map(len, deltas)) < len(text):
+        at = sum(map(len, deltas))
+        deltas.append(text[at : at + rng.choice([0, 1, 4, 30, 250])])
+    one_by_one, in_runs = RepetitionGuard(), RepetitionGuard()
+    expected = next(((i, loop) for i, d in enumerate(deltas) if (loop := one_by_one.feed(d))), None)
+    got, at = None, 0
+    while at < len(deltas) and got is None:
+        end = min(len(deltas), at + rng.randint(1, 60))
+        taken = in_runs.take_all(deltas[at:end], end - at)
+        at += taken
+        if at < end:  # left for feed: its check is due
+            loop = in_runs.feed(deltas[at])
+            got = (at, loop) if loop else None
+            at += 1
+    assert got == expected
+    if expected is None:
+        assert (in_runs._tail, in_runs._pending, in_runs._unchecked) == (
+            one_by_one._tail, one_by_one._pending, one_by_one._unchecked)  # fmt: skip

@@ -11,8 +11,10 @@ same unit at least `min_repeats` times back to back, over at least `min_chars` c
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 _KEY = 24  # characters matched to find the candidate period
 
@@ -45,7 +47,7 @@ class RepetitionGuard:
         self._tail = (self._tail + "".join(self._pending))[-self._keep :]
         self._pending.clear()
         self._unchecked = 0
-        return self._check()
+        return self._loop_in(self._tail)
 
     def take(self, text: str) -> bool:
         """`feed(text)` when it would not check (and so return None): True. False, having
@@ -58,24 +60,34 @@ class RepetitionGuard:
         return True
 
     def take_all(self, texts: Sequence[str], end: int) -> int:
-        """`take` for `texts[:end]` in order, up to the first that brings a check due: how
-        many were taken."""
-        unchecked = self._unchecked
+        """`feed` for `texts[:end]` in order, as far as it returns None: how many were taken.
+        A text that brings a check due is checked here, as `feed` would; the first whose
+        check finds a loop is left, untouched, for `feed` (which finds it again). So a long
+        run of deltas goes on past its checks in one call (the running sums and the search
+        for the next check due are C loops)."""
+        run = texts[:end]
+        sums = list(accumulate(map(len, run), initial=self._unchecked))  # unchecked after each
         limit = self._check_every
-        taken = 0
+        taken = base = held_from = 0  # base: sums[] where the last check was; held_from: not yet held
         while taken < end:
-            size = unchecked + len(texts[taken])
-            if size >= limit:
+            due = bisect_left(sums, base + limit, taken + 1) - 1  # the next text bringing a check
+            if due >= end:
+                taken = end
                 break
-            unchecked = size
-            taken += 1
-        if taken:
-            self._pending.extend(texts[:taken])
-            self._unchecked = unchecked
+            tail = (self._tail + "".join(self._pending) + "".join(run[held_from : due + 1]))[-self._keep :]
+            if self._loop_in(tail) is not None:
+                taken = due
+                break
+            self._tail = tail
+            self._pending.clear()
+            taken = held_from = due + 1
+            base = sums[taken]
+        self._pending.extend(run[held_from:taken])
+        self._unchecked = sums[taken] - base
         return taken
 
-    def _check(self) -> Loop | None:
-        tail = self._tail
+    def _loop_in(self, tail: str) -> Loop | None:
+        """The loop `tail`, the output's last characters, ends with; None when it ends with none."""
         if len(tail) < self._min_chars:
             return None
         # The nearest earlier occurrence of the last few characters gives the shortest period
