@@ -146,6 +146,6 @@ def encode_events(events: list[dict[str, Any]]) -> bytes:
     if len(events) == 1:
         return encode_event(events[0])
     heads, dumps = _HEADS, orjson.dumps
-    return b"".join(
-        [(heads.get(event["type"]) or _head(event["type"])) + dumps(event) + b"\n\n" for event in events]
-    )
+    # The blank line that ends each frame is the join's separator: one copy less per event.
+    frames = [(heads.get(event["type"]) or _head(event["type"])) + dumps(event) for event in events]
+    return b"\n\n".join(frames) + b"\n\n" if frames else b""
