@@ -96,16 +96,24 @@ def test_learning_stops_after_a_few_chunks_that_teach_nothing() -> None:
     assert plain.text(chunk("c")) is None
 
 
+_EDITS = [b"", b'"', b"\\", b",", b"}", b"]", b"\\n", b"\\u0041", b"\x01", b"\xff", b' "x":1,']
+
+
+def edited(rng: random.Random, count: int) -> list[bytes]:
+    """`count` plain chunks, each with a random edit somewhere."""
+    base = chunk("some text")
+    out = []
+    for _ in range(count):
+        at = rng.randrange(len(base))
+        out.append(base[:at] + rng.choice(_EDITS) + base[at + rng.randint(0, 2) :])
+    return out
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_random_edits_read_as_decoding_whole_does(seed: int) -> None:
-    rng = random.Random(seed)
     plain = PlainChunks(_plain_content)
     plain.decode(chunk("learned"))
-    base = chunk("some text")
-    for _ in range(50):
-        at = rng.randrange(len(base))
-        edit = rng.choice([b"", b'"', b"\\", b",", b"}", b"]", b"\\n", b"\\u0041", b"\x01", b"\xff", b' "x":1,'])
-        payload = base[:at] + edit + base[at + rng.randint(0, 2) :]
+    for payload in edited(random.Random(seed), 50):
         try:
             whole = expected(payload)
         except orjson.JSONDecodeError:
@@ -129,15 +137,10 @@ def test_a_read_of_many_chunks_decodes_as_each_one_does() -> None:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_random_edits_in_a_read_of_many_decode_as_each_one_does(seed: int) -> None:
-    rng = random.Random(seed)
     plain = PlainChunks(_plain_content)
     plain.decode(chunk("learned"))
-    base = chunk("some text")
     payloads = []
-    for _ in range(40):
-        at = rng.randrange(len(base))
-        edit = rng.choice([b"", b"\\", b",", b"}", b"\\n", b"\\u0041", b' "x":1,', b"\x01"])
-        payload = base[:at] + edit + base[at + rng.randint(0, 2) :]
+    for payload in edited(random.Random(seed), 40):
         try:
             whole = expected(payload)
         except orjson.JSONDecodeError:
