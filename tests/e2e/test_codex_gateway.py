@@ -123,6 +123,7 @@ def test_codex_bodies_are_read_from_the_remembered_bytes_from_the_third_request(
     # own serializer must be one of them, or its turns are always decoded whole.
 
     spliced: list[int] = []
+    tools_again: list[bool] = []  # whether the fields before the last were decoded again
     whole = face.splice
 
     def counted(body: bytes, known: Any) -> Any:
@@ -130,6 +131,7 @@ def test_codex_bodies_are_read_from_the_remembered_bytes_from_the_third_request(
         if got is not None:
             assert got[0] == orjson.loads(body)
             spliced.append(got[1])
+            tools_again.append(got[2] is None or got[2].before_last is not known.before_last)
         return got
 
     monkeypatch.setattr(face, "splice", counted)
@@ -146,6 +148,8 @@ def test_codex_bodies_are_read_from_the_remembered_bytes_from_the_third_request(
     # The first request is not remembered, the second is learned, the next two are spliced,
     # each on all the items of the one before.
     assert len(spliced) == 2 and all(count > 1 for count in spliced), spliced
+    # Only the last field (client_metadata) is read again, if anything: not the tools.
+    assert tools_again == [False, False]
 
 
 def patch_call(patch: str) -> tuple[str, str]:

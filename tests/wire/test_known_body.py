@@ -98,9 +98,6 @@ def test_another_head_before_the_same_items_shares_them(changed: JSON) -> None:
 @pytest.mark.parametrize("turns", [1, 3])
 def test_other_fields_after_the_input_are_decoded_and_the_items_still_shared(turns: int) -> None:
     # Codex's client_metadata (after the tools) comes in another order every request.
-    def codex_like(n: int, meta: JSON) -> JSON:
-        return body([item(i) for i in range(n)], tools=LONG_TOOLS, client_metadata=meta)
-
     known = known_of(codex_like(4, {"a": "1", "b": "2"}))
     for turn in range(turns):
         raw = orjson.dumps(codex_like(5 + turn, {"b": "2", "a": str(turn)}))
@@ -108,6 +105,55 @@ def test_other_fields_after_the_input_are_decoded_and_the_items_still_shared(tur
         assert got is not None and got[1] == 4 + turn and got[2] is not None
         assert got[0]["tools"] is known.tail["tools"]  # the same list: compared by identity next
         known = got[2]
+
+
+def codex_like(n: int, meta: JSON, **fields: Any) -> JSON:
+    return body([item(i) for i in range(n)], tools=LONG_TOOLS, **fields, client_metadata=meta)
+
+
+def test_only_the_last_field_is_decoded_when_only_it_changed() -> None:
+    # Codex's client_metadata, last, names the turn: the tools before it are not decoded again.
+    meta = {"session_id": "s", "x-codex-turn-metadata": '{"turn_id":"t0","sandbox":"ro"}', "nested": {"a": "1", "b": "2"}}
+    known = known_of(codex_like(3, meta))
+    assert known.last_field > 0 and "client_metadata" not in known.before_last
+    for turn in range(1, 4):
+        raw = orjson.dumps(codex_like(3 + turn, {**meta, "turn_id": f"t{turn}"}))
+        got = spliced(raw, known)
+        assert got is not None and got[2] is not None
+        assert got[2].before_last is known.before_last  # not decoded again
+        assert got[0]["tools"] is known.tail["tools"]
+        known = got[2]
+
+
+@pytest.mark.parametrize(
+    ("after", "splices"),
+    [
+        (b',"reasoning":{"effort":"high"}', True),  # a later duplicate key wins, as decoded whole
+        (b',"tools":[]', True),
+        (b',"input":[]', False),  # replaces the input when decoded whole: never spliced
+        (b',"x":{"a":1}}', False),  # not JSON
+        (b'],"y":1', False),
+    ],
+)
+def test_fields_added_after_the_last_read_as_the_whole_body_does(after: bytes, splices: bool) -> None:
+    known = known_of(codex_like(3, {"a": "1"}))
+    raw = orjson.dumps(codex_like(4, {"a": "2"}))
+    edited = raw[:-1] + after + b"}"
+    try:
+        orjson.loads(edited)
+    except orjson.JSONDecodeError:
+        assert not splices and splice(edited, known) is None
+        return
+    got = spliced(edited, known)
+    assert (got is not None) is splices
+
+
+def test_a_field_changed_before_the_last_is_decoded_with_it() -> None:
+    known = known_of(codex_like(3, {"a": "1"}))
+    raw = orjson.dumps(codex_like(4, {"a": "2"}, reasoning={"effort": "high"}))
+    got = spliced(raw, known)
+    assert got is not None and got[0]["reasoning"] == {"effort": "high"}
+    assert got[2] is not None and got[2].before_last is not known.before_last
 
 
 def test_another_head_with_a_rewritten_item_is_decoded_whole() -> None:
@@ -173,6 +219,25 @@ def test_random_edits_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> N
     for _ in range(20):  # bytes cut, inserted or changed anywhere
         at = rng.randrange(len(raw))
         edit = rng.choice([b"", b",", b"]", b"}", b'"', b"0", b" ", b'{"a":1}', b"\\"])
+        mutated = raw[:at] + edit + raw[at + rng.randint(0, 2) :]
+        try:
+            whole = orjson.loads(mutated)
+        except orjson.JSONDecodeError:
+            assert splice(mutated, known) is None
+            continue
+        got = splice(mutated, known)
+        if got is not None:
+            assert got[0] == whole
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_edits_to_the_last_fields_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> None:
+    rng = random.Random(seed)
+    known = known_of(codex_like(3, {"k": "v", "n": {"a": "1"}}))
+    raw = orjson.dumps(codex_like(4, {"k": "w", "n": {"a": "2"}}))
+    for _ in range(20):  # in the last 80 bytes: the last field, and the one before it
+        at = len(raw) - rng.randint(1, 80)
+        edit = rng.choice([b"", b",", b"]", b"}", b'"', b'"input":[]', b',"input":[],', b'"tools":1,', b"\\"])
         mutated = raw[:at] + edit + raw[at + rng.randint(0, 2) :]
         try:
             whole = orjson.loads(mutated)

@@ -11,8 +11,9 @@ else decoded, the items before them the very objects checked last turn.
 
 When only the fields before `input` changed (the model, the instructions), the known items'
 bytes are found whole after the new head instead, and the head decoded; when the fields after
-it changed (Codex's `client_metadata` does every request), the input's end is found by the
-last suffix's first bytes, and the fields after it decoded.
+it changed, the input's end is found by the last suffix's first bytes, and the fields after it
+decoded: only the last of them when the bytes before it are the last suffix's (Codex's
+`client_metadata`, last, changes every request; the ~10 KB of tools before it do not).
 
 The result is the same dict `orjson.loads(body)` gives (its keys may come in another order),
 or None, and then the caller decodes the body whole. That holds because every piece of the
@@ -27,7 +28,12 @@ in the same state, or decoded in that same state:
   right after the head: a body that orjson would not write back the same way (spaces, other
   escapes, other number forms) is simply never spliced;
 - the new items are decoded as the continuation of an array (`[null` + them + `]`), the state
-  the body is in after its last known item.
+  the body is in after its last known item;
+- a last field alone is decoded as an object's members (`{` + them): after the same bytes as
+  the last suffix's up to a top-level comma, that decoding succeeds only when they are whole
+  fields closing the body (a comma nested deeper would leave brackets over); its keys then
+  win over the earlier fields', as in a decoding of the whole body, and an `input` among them
+  is refused as in the tail's.
 No I/O, no clock; the objects returned are shared with the last request (nothing mutates a
 request's decoded input: server/faces/responses.py).
 """
@@ -51,6 +57,9 @@ _CACHE_KEY = b'"prompt_cache_key":"'
 # The first bytes of the last suffix (`],"tools":[...`) mark where the input ends in a body
 # whose later fields changed; wherever they are found, the decodings prove the place.
 _SUFFIX_START = 256
+# The last field after `input` is looked for among the last few `,"` of the last 4 KB.
+_LAST_FIELD_TRIES = 16
+_LAST_FIELD_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,11 @@ class KnownBody:
     tail: dict[str, Any]  # the fields after `input`, decoded
     items: list[Any]  # the input items as decoded and checked
     start: int  # where the first item begins in the body (after the head)
+    # The suffix up to its last field (the comma before it: 0 when not found), and what the
+    # fields before that decode to: a next body whose suffix differs only in its last field
+    # (Codex's client_metadata) has that one decoded, not the tools before it.
+    last_field: int
+    before_last: dict[str, Any]
 
 
 def cache_key_hint(body: bytes) -> str | None:
@@ -102,12 +116,11 @@ def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> Know
     head = _head(body[:start])
     last = ends[-1]
     suffix = body[last:]
-    tail = _tail(suffix)
-    if head is None or tail is None:
+    read = _tail(suffix, tools)
+    if head is None or read is None:
         return None
-    if tools is not None and tail.get("tools") == tools:
-        tail["tools"] = tools
-    return KnownBody(body[:last], ends, head, suffix, tail, items, start)
+    tail, last_field, before_last = read
+    return KnownBody(body[:last], ends, head, suffix, tail, items, start, last_field, before_last)
 
 
 def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBody | None] | None:
@@ -118,7 +131,7 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     after = _after_input(body, known)
     if after is None:
         return None
-    room, suffix, tail = after
+    room, suffix, tail, last_field, before_last = after
     count = _shared_items(body, known, room)
     if count == 0:  # perhaps another head (model, instructions) before the same items
         moved = _moved(body, known, room)
@@ -144,7 +157,8 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     whole = count == len(known.ends) and not new
     prefix = known.prefix if whole else body[:room]
     ends = known.ends[:count] + new_ends
-    return data, count, KnownBody(prefix, ends, known.head, suffix, tail, items, known.start)
+    following = KnownBody(prefix, ends, known.head, suffix, tail, items, known.start, last_field, before_last)
+    return data, count, following
 
 
 def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
@@ -160,28 +174,43 @@ def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
         return None
     shift = at - known.start
     ends = tuple(end + shift for end in known.ends)
-    return KnownBody(body[: at + len(written)], ends, head, known.suffix, known.tail, known.items, at)
+    return KnownBody(
+        body[: at + len(written)], ends, head, known.suffix, known.tail, known.items, at,
+        known.last_field, known.before_last,
+    )  # fmt: skip
 
 
-def _after_input(body: bytes, known: KnownBody) -> tuple[int, bytes, dict[str, Any]] | None:
-    """Where `body`'s input ends (its bytes before the suffix), its suffix and the fields
-    after the input: `known`'s when the body ends the same; else found by the last suffix's
-    first bytes (Codex's client_metadata, after the tools, changes every request) and
-    decoded; None when neither."""
+def _after_input(
+    body: bytes, known: KnownBody
+) -> tuple[int, bytes, dict[str, Any], int, dict[str, Any]] | None:
+    """Where `body`'s input ends (its bytes before the suffix), its suffix, the fields after
+    the input, and the suffix's last field as `_tail` gives them: `known`'s when the body
+    ends the same; else found by the last suffix's first bytes (Codex's client_metadata,
+    after the tools, changes every request) and decoded (only the last field, when the
+    suffix is the last one's up to it); None when neither."""
     suffix = known.suffix
     if body.endswith(suffix):
-        return len(body) - len(suffix), suffix, known.tail
+        return len(body) - len(suffix), suffix, known.tail, known.last_field, known.before_last
     room = body.rfind(suffix[:_SUFFIX_START])
     if room < 0:
         return None
+    last_field = known.last_field
+    if last_field and body[room + last_field : room + last_field + 2] == b',"':
+        # The same bytes as the last suffix's up to its last field, read from the same place
+        # (after the input), end at the same top-level comma: what follows decodes as an
+        # object only when it is whole fields closing the body (a comma nested deeper would
+        # leave closing brackets over). Its keys then win over the earlier ones, as in a
+        # decoding of the whole body.
+        if body[room : room + last_field] == suffix[:last_field]:
+            last = _fields(body[room + last_field + 1 :])
+            if last is not None and "input" not in last:
+                return room, body[room:], {**known.before_last, **last}, last_field, known.before_last
     suffix = body[room:]
-    tail = _tail(suffix)
-    if tail is None:
+    read = _tail(suffix, known.tail.get("tools"))
+    if read is None:
         return None
-    tools = known.tail.get("tools")
-    if tools is not None and tail.get("tools") == tools:
-        tail["tools"] = tools  # the checked tools, compared by identity from here on
-    return room, suffix, tail
+    tail, last_field, before_last = read
+    return room, suffix, tail, last_field, before_last
 
 
 def _shared_items(body: bytes, known: KnownBody, room: int) -> int:
@@ -235,14 +264,53 @@ def _head(opening: bytes) -> dict[str, Any] | None:
     return head
 
 
-def _tail(suffix: bytes) -> dict[str, Any] | None:
-    """The fields after `input`, from the body after its last item; None unless the suffix
-    closes the top-level `input` and no later key replaces it."""
+def _tail(suffix: bytes, tools: list[Any] | None) -> tuple[dict[str, Any], int, dict[str, Any]] | None:
+    """The fields after `input`, from the body after its last item, with where its last field
+    starts (its comma; 0 when there is no second field or it cannot be told) and the fields
+    before it; None unless the suffix closes the top-level `input` and no later key replaces
+    it. `tools`, the checked tools, stand for the suffix's own when equal (then a later
+    request compares its tools by identity)."""
+    last: dict[str, Any] | None = None
+    at = len(suffix)
+    # From the right, the first comma after which whole fields close the body is the last
+    # field's (see _after_input). Looked for only near the end: a last field that is large,
+    # or full of nested keys, is not worth it (each try decodes what follows).
+    for _ in range(_LAST_FIELD_TRIES):
+        at = suffix.rfind(b',"', max(0, len(suffix) - _LAST_FIELD_BYTES), at)
+        if at <= 0:
+            break
+        last = _fields(suffix[at + 1 :])
+        if last is not None:
+            break
+    before = _marked(suffix[:at] + b"}") if last is not None and "input" not in last else None
+    if before is None or last is None:
+        whole = _marked(suffix)
+        if whole is None:
+            return None
+        before, last, at = whole, {}, 0
+    for fields in (before, last):
+        if tools is not None and "tools" in fields and fields["tools"] == tools:
+            fields["tools"] = tools
+    return ({**before, **last} if last else before), at, before
+
+
+def _marked(suffix: bytes) -> dict[str, Any] | None:
+    """The fields `suffix` holds after a marked `input`; None unless it closes the top-level
+    `input` and no later key replaces it."""
     try:
-        tail = orjson.loads(_MARKED_OPENING + suffix)
+        fields = orjson.loads(_MARKED_OPENING + suffix)
     except orjson.JSONDecodeError:
         return None
-    if type(tail) is not dict or tail.get("input") != [_MARK]:
+    if type(fields) is not dict or fields.get("input") != [_MARK]:
         return None
-    del tail["input"]
-    return tail
+    del fields["input"]
+    return fields
+
+
+def _fields(members: bytes) -> dict[str, Any] | None:
+    """`members` (`"key":value,...}`) as an object; None unless they are exactly that."""
+    try:
+        fields = orjson.loads(b"{" + members)
+    except orjson.JSONDecodeError:
+        return None
+    return fields if type(fields) is dict else None
