@@ -270,6 +270,28 @@ def test_a_spliced_body_reads_as_the_whole_body_does(seed: int) -> None:
     assert spliced >= 8
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_face_knows_every_item_type_a_request_holds(seed: int) -> None:
+    # server/state.py looks for item references and compaction items among these instead
+    # of reading every item: each type a request holds must be there (more only costs time).
+    reader = RequestReader(Memo(1 << 24))
+    conversation = Conversation(500 + seed)
+    rng = random.Random(seed)
+    for turn in range(14):
+        conversation.step()
+        if turn == 6:
+            conversation.items.append({"type": "compaction", "encrypted_content": "x"})
+        if turn == 9:  # an earlier turn sent again, without the compaction item
+            conversation.items = conversation.items[: rng.randint(1, 5)]
+        req, inbound = read_with_inbound(reader, conversation.request())
+        kinds = {item.get("type") for item in req.input}
+        assert inbound.input_kinds is None or kinds <= inbound.input_kinds, turn
+        if turn >= 2:
+            assert inbound.input_kinds is not None
+        if 6 <= turn < 9:
+            assert "compaction" in (inbound.input_kinds or ())
+
+
 def test_a_spliced_body_still_checks_what_is_new() -> None:
     reader = RequestReader(Memo(1 << 20))
     body = {"model": "m", "input": [message("user", "hi")], "prompt_cache_key": "k"}

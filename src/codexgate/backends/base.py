@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from codexgate.backends import scope
 from codexgate.backends.model_list import ModelList
@@ -43,6 +43,9 @@ class Inbound:
     # The first n input items are equal to those of the conversation's previous request (this
     # list): compared once by the face, so a backend need not compare them again.
     known_prefix: tuple[list[Item], int] | None = None
+    # Every `type` among the input items, perhaps more (None: not known): a conversation's
+    # next request adds its new items' to the last one's instead of reading every item again.
+    input_kinds: frozenset[Any] | None = None
     # At most this many retries of the upstream request (None: the upstream's own setting): a
     # pool's member is asked with 0 while another member could answer (routing/pool.py).
     max_retries: int | None = None

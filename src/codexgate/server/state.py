@@ -174,8 +174,11 @@ class ResponseState:
             await self.ready()
         owner = inbound.caller or ""
         # One look at the item types decides what needs expanding: a Codex request re-sends
-        # its whole history every turn, and nearly always nothing in it does.
-        kinds = {item.get("type") for item in req.input}
+        # its whole history every turn, and nearly always nothing in it does. (The face may
+        # know them already, perhaps with more: more only costs a look for what is not there.)
+        kinds = inbound.input_kinds
+        if kinds is None:
+            kinds = frozenset(item.get("type") for item in req.input)
         referencing = ITEM_REFERENCE in kinds
         own_input = await self._resolve_references(req.input, owner, recent) if referencing else req.input
         history: list[Item] = []
@@ -192,7 +195,7 @@ class ResponseState:
             req = dataclasses.replace(req, input=expanded)
             # What the face compared with the conversation's last request no longer describes
             # this input; a backend that remembers the conversation compares it itself.
-            inbound = dataclasses.replace(inbound, known_prefix=None)
+            inbound = dataclasses.replace(inbound, known_prefix=None, input_kinds=None)
         if compaction:
             req = summary_request(req)
         return Prepared(req, inbound, owner, own_input, compaction)

@@ -32,6 +32,7 @@ class Remembered:
 
     req: ResponsesRequest
     body: KnownBody | None = None
+    kinds: frozenset[Any] = frozenset()  # the `type` of every input item (perhaps more)
 
 
 class RequestReader:
@@ -93,14 +94,20 @@ class RequestReader:
         memo = self._memo
         assert memo is not None
         req, shared = parse_continued(data, earlier.req if earlier is not None else None)
+        # The shared items' types are among the last request's: only the new items are read
+        # (a remembered conversation's items are cold in the caches when many take turns).
+        fresh = req.input[shared:] if earlier is not None and shared else req.input
+        kinds = frozenset(map(_kind, fresh))
+        if earlier is not None and shared:
+            kinds |= earlier.kinds
         if memo.admits(size):
             if known is None and body is not None and type(req.input) is list:
                 known = learn(body, req.input, req.tools)
-            memo.put(conversation, Remembered(req, known), size)
+            memo.put(conversation, Remembered(req, known, kinds), size)
         else:
             memo.drop(conversation)
         prefix = (earlier.req.input, shared) if earlier is not None and shared else None
-        return req, Inbound(caller, conversation, size, prefix)
+        return req, Inbound(caller, conversation, size, prefix, kinds)
 
 
 class ResponsesSSE(StreamEncoder):
@@ -176,7 +183,11 @@ class CompactFace:
         kept = [listed_item(item) for item in req.input if _is_user_message(item)]
         trigger: Item = {"type": COMPACTION_TRIGGER}
         req = dataclasses.replace(req, input=[*req.input, trigger], stream=False, store=False)
-        return Ask(req, dataclasses.replace(inbound, known_prefix=None), CompactJSON(kept))
+        return Ask(req, dataclasses.replace(inbound, known_prefix=None, input_kinds=None), CompactJSON(kept))
+
+
+def _kind(item: Item) -> Any:
+    return item.get("type")
 
 
 def _is_user_message(item: Item) -> bool:
