@@ -226,6 +226,7 @@ async def _one_relay(
     args: argparse.Namespace,
 ) -> str:  # fmt: skip
     """The runs in order, in one process of `relay`; the profile's text when asked for."""
+    bodies.sessions.restart()
     relay.start(procs, up_base + "/v1")
     _pin(relay, upstream)
     for i in range(32):  # connections and code paths warm

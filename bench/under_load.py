@@ -102,6 +102,12 @@ class Sessions:
             self.parts.append((head.rstrip(b","), tail))
         self.size = len(self.parts[0][0]) + len(self.parts[0][1])
 
+    def restart(self) -> None:
+        """Every session back to its first turn, so that each relay measured meets the same
+        requests (a session's body grows with its turns: a relay measured after another
+        would otherwise get longer histories than it)."""
+        self.turns = [0] * len(self.turns)
+
     def next_body(self, i: int, scenario: Scenario) -> bytes:
         """Session `i`'s next request: its whole history again, one turn further."""
         head, tail = self.parts[i]
@@ -348,6 +354,7 @@ async def _one_relay(
     args: argparse.Namespace,
 ) -> str:
     """The runs in order, in one process of `relay`; the profile's text when asked for."""
+    sessions.restart()
     relay.start(procs, up_v1)
     _pin(relay, upstream)
     for i in range(32):  # connections and code paths warm
