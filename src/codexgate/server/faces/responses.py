@@ -31,8 +31,10 @@ class Remembered:
     (wire/known_body.py; None: a WebSocket frame, or a body orjson would write otherwise)."""
 
     req: ResponsesRequest
+    # The `type` of every input item, perhaps more: never fewer (server/state.py relies on it
+    # to find item references and compaction items), so it has no default.
+    kinds: frozenset[Any]
     body: KnownBody | None = None
-    kinds: frozenset[Any] = frozenset()  # the `type` of every input item (perhaps more)
 
 
 class RequestReader:
@@ -103,7 +105,7 @@ class RequestReader:
         if memo.admits(size):
             if known is None and body is not None and type(req.input) is list:
                 known = learn(body, req.input, req.tools)
-            memo.put(conversation, Remembered(req, known, kinds), size)
+            memo.put(conversation, Remembered(req, kinds, known), size)
         else:
             memo.drop(conversation)
         prefix = (earlier.req.input, shared) if earlier is not None and shared else None
