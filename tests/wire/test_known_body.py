@@ -209,6 +209,18 @@ def test_an_input_key_inside_a_string_is_not_taken_for_the_input() -> None:
     assert learn(written, items) is not None
 
 
+def splices_as_whole_or_not(mutated: bytes, known: KnownBody) -> None:
+    """A body not JSON is never spliced; one that is splices to its whole decoding, or not."""
+    try:
+        whole = orjson.loads(mutated)
+    except orjson.JSONDecodeError:
+        assert splice(mutated, known) is None
+        return
+    got = splice(mutated, known)
+    if got is not None:
+        assert got[0] == whole
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_random_edits_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> None:
     rng = random.Random(seed)
@@ -219,15 +231,7 @@ def test_random_edits_splice_to_the_whole_decoding_or_not_at_all(seed: int) -> N
     for _ in range(20):  # bytes cut, inserted or changed anywhere
         at = rng.randrange(len(raw))
         edit = rng.choice([b"", b",", b"]", b"}", b'"', b"0", b" ", b'{"a":1}', b"\\"])
-        mutated = raw[:at] + edit + raw[at + rng.randint(0, 2) :]
-        try:
-            whole = orjson.loads(mutated)
-        except orjson.JSONDecodeError:
-            assert splice(mutated, known) is None
-            continue
-        got = splice(mutated, known)
-        if got is not None:
-            assert got[0] == whole
+        splices_as_whole_or_not(raw[:at] + edit + raw[at + rng.randint(0, 2) :], known)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -238,15 +242,7 @@ def test_random_edits_to_the_last_fields_splice_to_the_whole_decoding_or_not_at_
     for _ in range(20):  # in the last 80 bytes: the last field, and the one before it
         at = len(raw) - rng.randint(1, 80)
         edit = rng.choice([b"", b",", b"]", b"}", b'"', b'"input":[]', b',"input":[],', b'"tools":1,', b"\\"])
-        mutated = raw[:at] + edit + raw[at + rng.randint(0, 2) :]
-        try:
-            whole = orjson.loads(mutated)
-        except orjson.JSONDecodeError:
-            assert splice(mutated, known) is None
-            continue
-        got = splice(mutated, known)
-        if got is not None:
-            assert got[0] == whole
+        splices_as_whole_or_not(raw[:at] + edit + raw[at + rng.randint(0, 2) :], known)
 
 
 def test_the_cache_key_hint_reads_the_plain_key_only() -> None:

@@ -32,7 +32,7 @@ from codexgate.translate.compaction import (
     summary_request,
 )
 from codexgate.translate.turn import new_id
-from codexgate.wire.responses import ResponsesRequest
+from codexgate.wire.responses import ResponsesRequest, item_kinds
 from codexgate.wire.responses_events import COMPLETED, FAILED, INCOMPLETE, Event
 
 log = logging.getLogger("codexgate.state")
@@ -176,9 +176,7 @@ class ResponseState:
         # One look at the item types decides what needs expanding: a Codex request re-sends
         # its whole history every turn, and nearly always nothing in it does. (The face may
         # know them already, perhaps with more: more only costs a look for what is not there.)
-        kinds = inbound.input_kinds
-        if kinds is None:
-            kinds = frozenset(item.get("type") for item in req.input)
+        kinds = inbound.input_kinds if inbound.input_kinds is not None else item_kinds(req.input)
         referencing = ITEM_REFERENCE in kinds
         own_input = await self._resolve_references(req.input, owner, recent) if referencing else req.input
         history: list[Item] = []

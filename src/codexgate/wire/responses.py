@@ -187,6 +187,11 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def item_kinds(items: list[Item]) -> frozenset[Any]:
+    """The `type` of each of `items` (checked items: dicts)."""
+    return frozenset(item.get("type") for item in items)
+
+
 def parse_request(data: dict[str, Any]) -> ResponsesRequest:
     """Validate a decoded /v1/responses body. Raises InvalidRequest naming the parameter."""
     return parse_continued(data, None)[0]

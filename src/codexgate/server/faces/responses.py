@@ -18,7 +18,7 @@ from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
 from codexgate.translate.history_memo import Memo
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.known_body import KnownBody, cache_key_hint, learn, splice
-from codexgate.wire.responses import Item, ResponsesRequest, parse_continued, parse_request
+from codexgate.wire.responses import Item, ResponsesRequest, item_kinds, parse_continued, parse_request
 from codexgate.wire.responses_events import FAILED, Event
 from codexgate.wire.sse import encode_events
 
@@ -96,19 +96,20 @@ class RequestReader:
         memo = self._memo
         assert memo is not None
         req, shared = parse_continued(data, earlier.req if earlier is not None else None)
+        resumed = earlier if shared else None  # the earlier request whose first items these are
         # The shared items' types are among the last request's: only the new items are read
         # (a remembered conversation's items are cold in the caches when many take turns).
-        fresh = req.input[shared:] if earlier is not None and shared else req.input
-        kinds = frozenset(map(_kind, fresh))
-        if earlier is not None and shared:
-            kinds |= earlier.kinds
+        if resumed is not None:
+            kinds = item_kinds(req.input[shared:]) | resumed.kinds
+        else:
+            kinds = item_kinds(req.input)
         if memo.admits(size):
             if known is None and body is not None and type(req.input) is list:
                 known = learn(body, req.input, req.tools)
             memo.put(conversation, Remembered(req, kinds, known), size)
         else:
             memo.drop(conversation)
-        prefix = (earlier.req.input, shared) if earlier is not None and shared else None
+        prefix = (resumed.req.input, shared) if resumed is not None else None
         return req, Inbound(caller, conversation, size, prefix, kinds)
 
 
@@ -186,10 +187,6 @@ class CompactFace:
         trigger: Item = {"type": COMPACTION_TRIGGER}
         req = dataclasses.replace(req, input=[*req.input, trigger], stream=False, store=False)
         return Ask(req, dataclasses.replace(inbound, known_prefix=None, input_kinds=None), CompactJSON(kept))
-
-
-def _kind(item: Item) -> Any:
-    return item.get("type")
 
 
 def _is_user_message(item: Item) -> bool:
