@@ -35,6 +35,7 @@ import gc
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -351,10 +352,14 @@ OPENING = 100
 class _Opened:
     """Streams opened at most `limit` at a time, counting how many were open at once."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_answer: Callable[[int], None] | None = None) -> None:
+        """`on_answer`: called with how many streams had their answer's head so far, as each
+        gets it."""
         self.opening = asyncio.Semaphore(limit)
         self.open_now = 0
         self.max_open = 0
+        self.answered = 0
+        self._on_answer = on_answer
 
     async def stream(self, session: Any, url: str, body: bytes, kind: str = GATEWAY) -> StreamResult:
         await self.opening.acquire()
@@ -366,6 +371,9 @@ class _Opened:
             self.max_open = max(self.max_open, self.open_now)
             waiting = False
             self.opening.release()
+            self.answered += 1
+            if self._on_answer is not None:
+                self._on_answer(self.answered)
 
         def on_close() -> None:
             self.open_now -= 1

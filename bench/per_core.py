@@ -153,23 +153,42 @@ def in_process(name: str, env: dict[str, str], up_v1: str, count: int) -> dict[s
 # -- burst: all at once ------------------------------------------------------------------------
 
 
-async def _burst(session: Any, relay: Relay, bodies: Bodies) -> dict[str, Any]:
+async def _burst(session: Any, relay: Relay, bodies: Bodies, upstream: Proc) -> dict[str, Any]:
     assert relay.proc is not None
     pid = relay.proc.pid
     await asyncio.sleep(1.0)
     before = mem_status(pid).get("VmRSS", 0)
     reset_hwm(pid)
-    opened = _Opened(SESSIONS)  # no limit: every request is sent at once
+
+    # The CPU the relay and the load generator (this process and the fake upstream, one core)
+    # used until half the streams had their answer's head: when the generator's is about the
+    # time that took, the first token p50 waited on it, whatever the relay.
+    def used() -> tuple[float, float]:
+        return cpu_seconds(pid), cpu_seconds(os.getpid()) + cpu_seconds(upstream.pid)
+
+    at_half: list[float] = []
+
+    def on_answer(answered: int) -> None:
+        if answered == SESSIONS // 2:
+            now = used()
+            at_half.extend((now[0] - start[0], now[1] - start[1], time.perf_counter() - t0))
+
+    opened = _Opened(SESSIONS, on_answer)  # no limit: every request is sent at once
     sessions = bodies.sessions
+    start, t0 = used(), time.perf_counter()
     results = await asyncio.gather(
         *(opened.stream(session, relay.url, sessions.next_body(i, BURST), RESPONSES) for i in range(SESSIONS))
     )
     status = mem_status(pid)
     first = [r.first_delta * 1e3 for r in results if r.ok]
+    relay_cpu, load_cpu, half_wall = at_half or (float("nan"),) * 3
     return {
         "first_p50": pct(first, 0.5),
         "first_p90": pct(first, 0.9),
         "first_p99": pct(first, 0.99),
+        "half_ms": half_wall * 1e3,
+        "half_relay_cpu_ms": relay_cpu * 1e3,
+        "half_load_cpu_ms": load_cpu * 1e3,
         "rss_before": before,
         "peak": status.get("VmHWM", 0),
         "max_open": opened.max_open,
@@ -243,7 +262,7 @@ async def _one_relay(
             relay.out[run] = await closed_loop(session, relay, next_body, args.seconds, upstream)
     if "burst" in args.runs:
         print(f"{relay.name}: burst ...", flush=True)
-        relay.out["burst"] = await _burst(session, relay, bodies)
+        relay.out["burst"] = await _burst(session, relay, bodies, upstream)
     if args.profile and relay.name == "head":
         return await _profile(session, relay, bodies, procs, upstream, args)
     return ""
@@ -328,6 +347,9 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
     row("  first token p50 (ms)", lambda o: o["burst"]["first_p50"])
     row("  first token p90 (ms)", lambda o: o["burst"]["first_p90"])
     row("  first token p99 (ms)", lambda o: o["burst"]["first_p99"])
+    row("  half the streams answered after (ms)", lambda o: o["burst"]["half_ms"])
+    row("    relay CPU until then (ms)", lambda o: o["burst"]["half_relay_cpu_ms"])
+    row("    load generator's CPU until then (ms)", lambda o: o["burst"]["half_load_cpu_ms"])
     row("  RSS before (MB)", lambda o: o["burst"]["rss_before"] / MB)
     row("  peak RSS, VmHWM (MB)", lambda o: o["burst"]["peak"] / MB)
     row("  most streams open at once", lambda o: o["burst"]["max_open"], 0)
