@@ -4,11 +4,13 @@ the gateway refusing, before sending, a request that cannot fit the learned wind
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
+from codexgate.backends import server_info
 from codexgate.backends.server_info import ContextWindow, ContextWindows, probe_context_window, server_root
 from tests.server.test_app import UPSTREAM, gateway
 from tests.support.asgi_upstream import ASGIUpstreamTransport
@@ -118,6 +120,26 @@ async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting
         response = await client.post("/v1/responses", json=big_request())
     assert response.status_code == 200 and "response.completed" in response.text
     assert fake.endpoint_requests == []
+
+
+async def test_a_model_the_upstream_does_not_list_is_not_asked_about_again_until_the_list_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(server_info, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    fake = FakeUpstream(models=["other-model"], endpoints=LLAMA_PROPS)
+    windows = ContextWindows(ASGIUpstreamTransport(fake), BASE, {}, 2, "llama")
+    assert windows.remembered("fake-model") == (False, None)
+    assert await windows.get("fake-model") is None
+    assert windows.remembered("fake-model") == (True, None)  # known: nothing to wait for
+    assert windows.remembered("..") == (False, None)
+    assert await windows.get("..") is None and windows.remembered("..") == (True, None)
+    assert fake.endpoint_requests == [] and fake.model_list_requests == 1
+    fake.models.append("fake-model")  # loaded since
+    clock[0] += 61  # the list is a minute old
+    assert windows.remembered("fake-model") == (False, None)
+    assert await windows.get("fake-model") == 2048
+    assert windows.remembered("fake-model") == (True, 2048) and fake.model_list_requests > 1
 
 
 async def test_a_trained_maximum_is_asked_again_until_the_runtime_window_is_known() -> None:

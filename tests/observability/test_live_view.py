@@ -478,13 +478,27 @@ async def test_the_page_shows_turns_tool_calls_and_errors_as_they_happen(tmp_pat
     assert all(path.stat().st_size > 10_000 for path in shots)
 
 
-async def test_with_no_page_open_a_request_is_read_after_its_upstream_request_goes() -> None:
-    # started() runs before the upstream request is written; what the view shows of the
-    # request is read at the loop's next turn (the request's task writes before it waits).
+async def test_with_no_page_open_a_turn_is_made_after_its_upstream_request_goes() -> None:
+    # started() runs before the upstream request is written; the turn, and what it shows of
+    # the request, are made at the loop's next turn (the request's task writes before it waits).
     view = LiveView(Router())
     exchange = _exchange(1)
     exchange.req = ResponsesRequest(model="m", input=[{"type": "message", "role": "user", "content": "hi"}])
     view.started(exchange)
-    assert view.snapshot(None)["turns"][0]["user"] == ""
+    assert view.snapshot(None)["turns"] == []
     await asyncio.sleep(0)
-    assert view.snapshot(None)["turns"][0]["user"] == "hi"
+    turns = view.snapshot(None)["turns"]
+    assert [(t["user"], t["live"]) for t in turns] == [("hi", True)]
+    view.finished(exchange)
+    assert [(t["user"], t["live"]) for t in view.snapshot(None)["turns"]] == [("hi", False)]
+
+
+async def test_an_exchange_that_ends_before_its_turn_was_made_is_shown_whole() -> None:
+    view = LiveView(Router())
+    exchange = _exchange(1)
+    exchange.req = ResponsesRequest(model="m", input=[{"type": "message", "role": "user", "content": "hi"}])
+    view.started(exchange)
+    view.finished(exchange)  # before the loop's next turn
+    await asyncio.sleep(0)  # the deferred start finds nothing left to do
+    turns = view.snapshot(None)["turns"]
+    assert [(t["user"], t["live"], t["outcome"]) for t in turns] == [("hi", False, "completed")]

@@ -214,7 +214,8 @@ class ContextWindows:
     Clients choose model names, so only models the upstream lists in `/v1/models` (read at
     most once a minute) or that are `configured` are probed, and the cache keeps the
     `MAX_MODELS` most recently used: a stream of invented names costs no probes and no
-    memory."""
+    memory. A name that is not probed is remembered as such (as many again), until the list
+    is read again: its requests wait on nothing and ask nothing."""
 
     _RECHECK_SECONDS = 60.0
     _LIST_SECONDS = 60.0
@@ -234,10 +235,21 @@ class ContextWindows:
         self._configured = frozenset(configured)
         # model -> (tokens, valid until), least recently used first
         self._cache: OrderedDict[str, tuple[int | None, float]] = OrderedDict()
+        # model -> until when it is not probed (a name no probe may carry, or one the upstream
+        # did not list when its list was read), least recently used first
+        self._unprobed: OrderedDict[str, float] = OrderedDict()
         self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
         self._listed: frozenset[str] = frozenset()
         self._listed_until = float("-inf")
         self._listing: asyncio.Future[frozenset[str]] | None = None
+
+    def _not_probed(self, model: str, until: float) -> None:
+        """Note that `model` is not probed until `until` (`remembered` answers for it until
+        then, so a request does not ask again)."""
+        self._unprobed[model] = until
+        self._unprobed.move_to_end(model)
+        while len(self._unprobed) > self.MAX_MODELS:
+            self._unprobed.popitem(last=False)
 
     async def _upstream_lists(self, model: str) -> bool:
         if time.monotonic() >= self._listed_until:
@@ -267,6 +279,9 @@ class ContextWindows:
         if cached is not None and time.monotonic() < cached[1]:
             self._cache.move_to_end(model)
             return True, cached[0]
+        until = self._unprobed.get(model)
+        if until is not None and time.monotonic() < until:
+            return True, None
         return False, None
 
     async def get(self, model: str) -> int | None:
@@ -276,9 +291,9 @@ class ContextWindows:
             return tokens
         cached = self._cache.get(model)
         if not probeable_model_name(model):
-            return None
+            return self._not_probed(model, float("inf"))
         if cached is None and model not in self._configured and not await self._upstream_lists(model):
-            return None
+            return self._not_probed(model, self._listed_until)  # till the list is read again
         probe = self._probes.get(model)
         if probe is None:
             probe = self._probes[model] = asyncio.ensure_future(

@@ -114,8 +114,9 @@ class LiveView(Observer):
         self.turns: OrderedDict[int, Turn] = OrderedDict()  # by number, oldest first
         self._numbers = 0
         self._running: dict[int, Turn] = {}  # by id() of the exchange, while it runs
-        # Turns whose request is still to be read (started() defers it), by number.
-        self._unread: dict[int, tuple[Turn, str | None, Any]] = {}
+        # Exchanges started whose turn is still to be made (started() defers it), with their
+        # request, by id() of the exchange.
+        self._unshown: dict[int, tuple[Exchange, Any]] = {}
         self._call_turns: OrderedDict[str, int] = OrderedDict()  # tool call id -> turn number
         # By (caller, prompt_cache_key): so that a long history is not walked every turn.
         self._conversations: OrderedDict[tuple[str | None, str] | None, Seen] = OrderedDict()
@@ -143,29 +144,30 @@ class LiveView(Observer):
     # -- the observer
 
     def started(self, exchange: Exchange) -> None:
+        if self._watched(exchange.caller):
+            self._show(exchange, exchange.req)
+        else:
+            # Nobody watches: the turn is made, and its request read, once the upstream request
+            # is written (the request's task writes it before it first waits), off the time to
+            # first token; at the exchange's end at the latest.
+            self._unshown[id(exchange)] = (exchange, exchange.req)
+            asyncio.get_running_loop().call_soon(self._show_unshown, id(exchange))
+
+    def _show_unshown(self, key: int) -> None:
+        unshown = self._unshown.pop(key, None)
+        if unshown is not None:
+            self._show(*unshown)
+
+    def _show(self, exchange: Exchange, req: Any) -> None:
+        """The exchange's turn, with what it shows of its request, then `started` to whoever
+        watches."""
         turn = self._new_turn(exchange)
         backend = self.router.backends.get(exchange.upstream or "")
         if backend is not None:
             turn.counts_before = dict(backend.counts)
         self._running[id(exchange)] = turn
-        self._unread[turn.number] = (turn, exchange.caller, exchange.req)
-        if any(s.viewer == turn.owner for s in self._subscribers):
-            self._read(turn.number)
-        else:
-            # Nobody watches: the request is read once its upstream request is written (the
-            # request's task writes it before it first waits), off the time to first token;
-            # at its end at the latest.
-            asyncio.get_running_loop().call_soon(self._read, turn.number)
-
-    def _read(self, number: int) -> None:
-        """What the turn shows of its request (if not read yet), then `started` to whoever
-        watches."""
-        unread = self._unread.pop(number, None)
-        if unread is None:
-            return
-        turn, caller, req = unread
         cache_key = getattr(req, "prompt_cache_key", None)
-        conversation = (caller, cache_key) if cache_key else None
+        conversation = (exchange.caller, cache_key) if cache_key else None
         seen = turn.read_request(req, self._conversations.get(conversation))
         if conversation is not None:
             self._conversations[conversation] = seen
@@ -176,8 +178,11 @@ class LiveView(Observer):
         for result in turn.carried:
             self._attach_result(result)
 
+    def _watched(self, caller: str | None) -> bool:
+        return bool(self._subscribers) and any(s.viewer == caller for s in self._subscribers)
+
     def wants_batches(self, exchange: Exchange) -> bool:
-        return any(s.viewer == exchange.caller for s in self._subscribers)
+        return self._watched(exchange.caller)
 
     def batch(self, exchange: Exchange, events: list[Event]) -> None:
         turn = self._running.get(id(exchange))
@@ -189,9 +194,8 @@ class LiveView(Observer):
         self._mark_dirty(turn)
 
     def finished(self, exchange: Exchange) -> None:
+        self._show_unshown(id(exchange))  # an exchange that ended before its turn was made
         turn = self._running.pop(id(exchange), None)
-        if turn is not None:
-            self._read(turn.number)  # an exchange that ended before its request was read
         if turn is None:
             if exchange.outcome == "prewarmed":  # a WebSocket warm-up: no turn to show
                 return
