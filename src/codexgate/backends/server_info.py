@@ -291,9 +291,11 @@ class ContextWindows:
             return tokens
         cached = self._cache.get(model)
         if not probeable_model_name(model):
-            return self._not_probed(model, float("inf"))
+            self._not_probed(model, float("inf"))
+            return None
         if cached is None and model not in self._configured and not await self._upstream_lists(model):
-            return self._not_probed(model, self._listed_until)  # till the list is read again
+            self._not_probed(model, self._listed_until)  # till the list is read again
+            return None
         probe = self._probes.get(model)
         if probe is None:
             probe = self._probes[model] = asyncio.ensure_future(
