@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,13 @@ EVERY_KEY = "*"
 
 
 def utc_date(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).date().isoformat()
+    """The UTC date of the timestamp `at`, as YYYY-MM-DD."""
+    return _iso_day(math.floor(at / DAY_SECONDS))
+
+
+@functools.lru_cache(maxsize=4)  # every answer asks (its usage row's day), nearly always for today
+def _iso_day(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * DAY_SECONDS, dt.UTC).date().isoformat()
 
 
 def _count(value: Any) -> int:
