@@ -119,7 +119,7 @@ async def test_a_conversation_over_several_turns_with_a_call_and_its_output(tool
         reasoning, call = first.output
         assert (call.type, call.name, call.call_id) == ("function_call", "exec_command", "call_run1")
         own = unwrap_reasoning("inner", reasoning.model_dump()["encrypted_content"])
-        assert own is not None and own.blob.startswith("cgr1:")  # the inner codexgate's blob, wrapped
+        assert own is not None and own.blob.startswith("cgr2:")  # the inner codexgate's blob, wrapped
         history = [user("Fix the test."), *as_input(first.output)]
         history.append({"type": "function_call_output", "call_id": "call_run1", "output": "42 passed"})
         second = await sdk.responses.create(model="m", input=history, tools=TOOLS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 from typing import Any
 
@@ -315,6 +316,21 @@ def test_foreign_reasoning_falls_back_to_its_summary_text() -> None:
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]},
     ]
     assert chat({"model": "m", "input": items})["messages"][1]["reasoning_content"] == "thought"
+
+
+def test_reasoning_written_before_the_plain_blob_is_still_replayed_and_a_damaged_one_falls_back() -> None:
+    # Conversations that span the upgrade carry the first blob format: base64 of {"text": ...}.
+    legacy = "cgr1:" + base64.b64encode(orjson.dumps({"text": "I should run ls"})).decode()
+    assert encode_reasoning("I should run ls") == "cgr2:I should run ls"
+    cases = ((legacy, "I should run ls"), ("cgr1:not base64!", "shown"), ("cgr2:", None))  # None: no text
+    for blob, replayed in cases:
+        items = [
+            user("x"),
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "shown"}], "encrypted_content": blob},
+            {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+        assert chat({"model": "m", "input": items})["messages"][1].get("reasoning_content") == replayed, blob
 
 
 # -- answers a failure cut short (translate/cuts.py)
