@@ -10,7 +10,7 @@ Responses upstreams is the summary of it):
   upstream never saw: OpenAI refuses ids it does not know, and pairs a reasoning item with the
   item that followed it by id).
 - Reasoning: the upstream's own blob goes back to it as it was; every other reasoning item
-  (the chat backend's `cgr1:` text, another server's blob, cut markers) is foreign and left
+  (the chat backend's `cgr2:` text, another server's blob, cut markers) is foreign and left
   out whole. The gateway wraps the blob of every reasoning item it passes on
   (`wrap_reasoning`), naming the upstream, so it knows its own when the client echoes them.
 - Items of an answer a failure cut short are left out (translate/cuts.py), as on the chat path.
