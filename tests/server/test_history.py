@@ -240,6 +240,25 @@ def test_requests_are_remembered_per_caller_and_key_from_the_second_and_only_wit
     assert third.known_prefix is not None and third.known_prefix[1] == 1
 
 
+def test_an_additional_tools_item_a_later_turn_adds_is_offered() -> None:
+    # The face's item types (Inbound.input_kinds) tell the chat translation whether to look
+    # for `additional_tools` items at all: a later turn's new one must still be found.
+    reader = RequestReader(Memo(1 << 20))
+    late = {"type": "additional_tools", "tools": [{"type": "function", "name": "late"}]}
+    items: list[dict[str, Any]] = []
+    offered, known = [], []
+    for turn in range(5):
+        if turn == 3:
+            items.append(late)
+        items.append(message("user", f"turn {turn}"))
+        req, inbound = read_with_inbound(reader, {"model": "m", "input": items, "prompt_cache_key": "k"})
+        chat = to_chat_request(req, ChatDialect(), "m", kinds=inbound.input_kinds)
+        offered.append([tool["function"]["name"] for tool in chat.body.get("tools", ())])
+        known.append(inbound.input_kinds is not None)
+    assert offered == [[], [], [], ["late"], ["late"]]
+    assert known == [False, True, True, True, True]
+
+
 def test_a_memo_knows_a_returning_key_among_its_last_entries() -> None:
     memo: Memo[str] = Memo(max_weight=100, max_entries=2)
     assert not memo.returning("a") and memo.returning("a")

@@ -51,8 +51,9 @@ class ChatCall(HttpCall):
             and (earlier is not None or history.returning(key))
         )
         chat = to_chat_request(
-            req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep
-        )
+            req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep,
+            kinds=inbound.input_kinds,
+        )  # fmt: skip
         backend.warn_left_out("tool kind", chat.catalogue.skipped, "cannot run on a chat upstream")
         backend.warn_left_out("input item type", chat.dropped_items, "has no chat form")
         body = chat.encode()

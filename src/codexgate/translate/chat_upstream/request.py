@@ -11,7 +11,13 @@ from typing import Any, cast
 
 import orjson
 
-from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
+from codexgate.translate.catalogue import (
+    ADDITIONAL_TOOLS,
+    ToolCatalogue,
+    catalogue_of,
+    request_tools,
+    unavailable_notice,
+)
 from codexgate.translate.chat_upstream.messages import (
     LATE_DEVELOPER_PREFIX,
     MISSING_OUTPUT,
@@ -88,9 +94,13 @@ class ChatRequest:
         return b",".join(framed)
 
 
-def tools_of(req: ResponsesRequest) -> list[dict[str, Any]]:
+def tools_of(req: ResponsesRequest, kinds: frozenset[Any] | None = None) -> list[dict[str, Any]]:
     """The request's tools: `tools`, then those of every `additional_tools` input item (Codex's
-    Responses Lite sends its tools that way and no `tools` at all)."""
+    Responses Lite sends its tools that way and no `tools` at all). `kinds`: the input's item
+    types when known (Inbound.input_kinds); without `additional_tools` among them the items
+    are not looked at (a long history is most of a request)."""
+    if kinds is not None and ADDITIONAL_TOOLS not in kinds:
+        return list(req.tools)
     return request_tools(req.tools, req.input)
 
 
@@ -102,6 +112,7 @@ def to_chat_request(
     known: tuple[list[Item], int] | None = None,
     *,
     keep: bool = True,
+    kinds: frozenset[Any] | None = None,
 ) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
@@ -111,9 +122,10 @@ def to_chat_request(
     `known`: the leading input items known equal to that earlier request's (Inbound).
     `keep`: make the checkpoint for the next request (False: it would not be remembered, so
     neither its copy of the translation nor its encodings are made).
+    `kinds`: the input's item types, when known (Inbound.input_kinds).
     Raises InvalidRequest for what a chat upstream cannot be given (a tool choice it cannot
     honour, an input item or part it could not read)."""
-    tools = tools_of(req)
+    tools = tools_of(req, kinds)
     if earlier is not None and tools == earlier.tools:
         functions, catalogue = earlier.chat_tools, earlier.catalogue
     else:
