@@ -8,7 +8,10 @@ with a short answer, a cached prefix), so that the relay's cost per request and 
 all there is, and many sessions opening at once (a team starting work, CI fanning out). Each
 relay runs alone on one core in its own long-lived process (the fake upstream and this load
 generator share the other core), codexgate with its defaults (the SQLite store, metrics, the
-live view), and meets, in this order:
+live view). Every relay's process is up from the start, and the relays take turns: each run
+is measured in rounds (ROUNDS; the burst BURST_ROUNDS), every relay taking its turn in each
+round, each round starting with the next relay, so that a machine that slows for a while
+slows every relay alike. The relays meet, in this order:
 
 1. `request`, one request at a time: the turns of one growing Codex session (16 bodies of
    47-86 KB, the whole history again each turn) with a one-delta answer. The time from the
@@ -23,8 +26,9 @@ live view), and meets, in this order:
 3. `distinct`: the same with 500 distinct ~50 KB Codex sessions (bench/under_load.py's), each
    request its session one turn further.
 4. `burst`: the 500 distinct sessions opened at once (all 500 requests sent together), each
-   answer one delta every 100 ms (30 deltas): the first token p50/p90/p99 and the peak RSS
-   (VmHWM, reset first; "RSS before" is what the runs before left).
+   answer one delta every 100 ms (30 deltas): the first token p50/p90/p99 (of every round's
+   streams), when half the streams were answered (the median round) and the peak RSS (VmHWM,
+   reset first, the highest round; "RSS before" is what the runs before left).
 
 Relays as in bench/under_load.py: `bare` (bench/bare_relay.py, the floor), `head` (this tree),
 `base` (`--base-src DIR`), and any `--peer NAME=COMMAND` with {port} and {upstream}, e.g. the
@@ -79,19 +83,30 @@ FAST = Scenario("text", 200, 4, AT_ONCE)  # 200 deltas, written at once
 BURST = Scenario("text", 30, 4, 100)  # one delta every 100 ms
 ONE = Scenario("text", 1, 4, 0)  # the `request` run's answer
 RUNS = ("request", "growing", "distinct", "burst")
+# Every relay takes its turn in each round (bench/README.md): the closed-loop runs and the
+# requests one at a time in ROUNDS slices, the burst BURST_ROUNDS times.
+ROUNDS = 4
+BURST_ROUNDS = 2
 
 
 class Bodies:
     """What the runs send: the growing session's turns (for any scenario) and the distinct
-    sessions."""
+    sessions, whose turns each relay counts apart (`sessions_of`): every relay meets the same
+    requests, in whatever order the relays take turns."""
 
     def __init__(self) -> None:
         self.growing = growing_session(FAST)
-        self.sessions = Sessions(SESSIONS, 50_000)
+        self._sessions = Sessions(SESSIONS, 50_000)
+        self._of: dict[str, Sessions] = {}
 
     def turn(self, n: int, sc: Scenario) -> bytes:
         body = self.growing[n % len(self.growing)]
         return body.replace(FAST.model.encode(), sc.model.encode(), 1)
+
+    def sessions_of(self, relay: Relay) -> Sessions:
+        if relay.name not in self._of:
+            self._of[relay.name] = self._sessions.fresh()
+        return self._of[relay.name]
 
 
 # -- request: one at a time ---------------------------------------------------------------------
@@ -114,30 +129,37 @@ def _post_timed(port: int, path: str, body: bytes, up_base: str) -> float:
     return (float(get_json(up_base + "/bench/last")["at"]) - sent) * 1e3
 
 
-async def _request_run(relay: Relay, bodies: Bodies, up_base: str, count: int) -> dict[str, Any]:
-    """`count` requests one at a time, each followed by the same upstream request sent
-    directly; the relay's CPU is taken over its requests only."""
+class _Requests:
+    """A relay's `request` run, taken in rounds: the times and CPU of its requests so far."""
+
+    def __init__(self) -> None:
+        self.via: list[float] = []
+        self.direct: list[float] = []
+        self.cpu = 0.0
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "added_p50": statistics.median(self.via) - statistics.median(self.direct),
+            "added_p90": pct(self.via, 0.9) - pct(self.direct, 0.9),
+            "cpu_per_request_us": self.cpu / len(self.via) * 1e6,
+        }
+
+
+async def _request_run(relay: Relay, bodies: Bodies, up_base: str, turns: range, into: _Requests) -> None:
+    """The growing session's `turns` one at a time, each followed by the same upstream request
+    sent directly; the relay's CPU is taken over its requests only."""
     assert relay.proc is not None
     port = int(relay.url.split(":")[2].split("/")[0])
     up_port = int(up_base.rsplit(":", 1)[1])
-    via: list[float] = []
-    direct: list[float] = []
-    cpu = 0.0
-    for n in range(count + 8):
+    for n in turns:
         c0 = cpu_seconds(relay.proc.pid)
         took = await asyncio.to_thread(_post_timed, port, "/v1/responses", bodies.turn(n, ONE), up_base)
         used = cpu_seconds(relay.proc.pid) - c0
         chat = await asyncio.to_thread(get_bytes, up_base + "/bench/last-body")
         straight = await asyncio.to_thread(_post_timed, up_port, "/v1/chat/completions", chat, up_base)
-        if n >= 8:  # warm-up
-            via.append(took)
-            direct.append(straight)
-            cpu += used
-    return {
-        "added_p50": statistics.median(via) - statistics.median(direct),
-        "added_p90": pct(via, 0.9) - pct(direct, 0.9),
-        "cpu_per_request_us": cpu / count * 1e6,
-    }
+        into.via.append(took)
+        into.direct.append(straight)
+        into.cpu += used
 
 
 def in_process(name: str, env: dict[str, str], up_v1: str, count: int) -> dict[str, Any]:
@@ -153,7 +175,7 @@ def in_process(name: str, env: dict[str, str], up_v1: str, count: int) -> dict[s
 # -- burst: all at once ------------------------------------------------------------------------
 
 
-async def _burst(session: Any, relay: Relay, bodies: Bodies, upstream: Proc) -> dict[str, Any]:
+async def _burst(session: Any, relay: Relay, sessions: Sessions, upstream: Proc) -> dict[str, Any]:
     assert relay.proc is not None
     pid = relay.proc.pid
     await asyncio.sleep(1.0)
@@ -174,7 +196,6 @@ async def _burst(session: Any, relay: Relay, bodies: Bodies, upstream: Proc) -> 
             at_half.extend((now[0] - start[0], now[1] - start[1], time.perf_counter() - t0))
 
     opened = _Opened(SESSIONS, on_answer)  # no limit: every request is sent at once
-    sessions = bodies.sessions
     start, t0 = used(), time.perf_counter()
     results = await asyncio.gather(
         *(opened.stream(session, relay.url, sessions.next_body(i, BURST), RESPONSES) for i in range(SESSIONS))
@@ -183,9 +204,7 @@ async def _burst(session: Any, relay: Relay, bodies: Bodies, upstream: Proc) -> 
     first = [r.first_delta * 1e3 for r in results if r.ok]
     relay_cpu, load_cpu, half_wall = at_half or (float("nan"),) * 3
     return {
-        "first_p50": pct(first, 0.5),
-        "first_p90": pct(first, 0.9),
-        "first_p99": pct(first, 0.99),
+        "firsts": first,
         "half_ms": half_wall * 1e3,
         "half_relay_cpu_ms": relay_cpu * 1e3,
         "half_load_cpu_ms": load_cpu * 1e3,
@@ -200,10 +219,51 @@ async def _burst(session: Any, relay: Relay, bodies: Bodies, upstream: Proc) -> 
 # -- the runs ----------------------------------------------------------------------------------
 
 
-def _next_body(run: str, bodies: Bodies) -> Any:
+def _next_body(run: str, bodies: Bodies, relay: Relay) -> Any:
     if run == "growing":
         return lambda n: bodies.turn(n, FAST)
-    return lambda n: bodies.sessions.next_body(n % SESSIONS, FAST)
+    sessions = bodies.sessions_of(relay)
+    return lambda n: sessions.next_body(n % SESSIONS, FAST)
+
+
+def _pooled(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """closed_loop's figures for its runs (a relay's slices) taken as one."""
+    wall, cpu = sum(r["wall"] for r in slices), sum(r["cpu"] for r in slices)
+    streams, events = sum(r["streams"] for r in slices), sum(r["events"] for r in slices)
+    failed = sum(r["failed"] for r in slices)
+    first = [f for r in slices for f in r["firsts"]]
+    return {
+        "streams": streams,
+        "failed": failed,
+        "error": next((r["error"] for r in slices if r["error"]), ""),
+        "streams_per_s": (streams - failed) / wall,
+        "us_per_event": cpu / events * 1e6 if events else float("nan"),
+        "us_per_stream": cpu / streams * 1e6 if streams else float("nan"),
+        "events_per_stream": events / max(1, streams),
+        "cores": cpu / wall,
+        "load_cores": sum(r["load"] for r in slices) / wall,
+        "first_p50": pct(first, 0.5),
+        "first_p90": pct(first, 0.9),
+        "first_p99": pct(first, 0.99),
+    }
+
+
+def _pooled_bursts(bursts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A relay's bursts (one per round): the first tokens of all, the median of the rest,
+    the highest peak."""
+    first = [f for b in bursts for f in b["firsts"]]
+    halves = ("half_ms", "half_relay_cpu_ms", "half_load_cpu_ms")
+    return {
+        **{key: statistics.median(b[key] for b in bursts) for key in halves},
+        "first_p50": pct(first, 0.5),
+        "first_p90": pct(first, 0.9),
+        "first_p99": pct(first, 0.99),
+        "rss_before": bursts[0]["rss_before"],
+        "peak": max(b["peak"] for b in bursts),
+        "max_open": max(b["max_open"] for b in bursts),
+        "failed": sum(b["failed"] for b in bursts),
+        "error": next((b["error"] for b in bursts if b["error"]), ""),
+    }
 
 
 async def _profile(
@@ -219,7 +279,7 @@ async def _profile(
             "-o", str(out_file)]  # fmt: skip
     spy = procs.start("py-spy", argv, env=dict(os.environ))
     try:
-        await closed_loop(session, relay, _next_body(args.profile, bodies), args.seconds + 4, upstream)
+        await closed_loop(session, relay, _next_body(args.profile, bodies, relay), args.seconds + 4, upstream)
     finally:
         deadline = time.monotonic() + 30
         while spy.alive() and time.monotonic() < deadline:
@@ -240,32 +300,83 @@ async def _profile(
     return "\n".join(lines)
 
 
-async def _one_relay(
-    session: Any, relay: Relay, bodies: Bodies, procs: Processes, upstream: Proc, up_base: str,
-    args: argparse.Namespace,
-) -> str:  # fmt: skip
-    """The runs in order, in one process of `relay`; the profile's text when asked for."""
-    bodies.sessions.restart()
+async def _start(
+    session: Any, relay: Relay, bodies: Bodies, procs: Processes, upstream: Proc, up_base: str
+) -> None:
+    """The relay's process, alone on its core, with its connections and code paths warm."""
     relay.start(procs, up_base + "/v1")
     _pin(relay, upstream)
-    for i in range(32):  # connections and code paths warm
+    for i in range(32):
         got = await stream_once(session, relay.url, bodies.turn(i, FAST), RESPONSES)
         if not got.ok:
             raise RuntimeError(f"warm-up stream failed: {got.error}")
+
+
+class _Turns:
+    """The relays still measured, taking turns: in each round every one runs in turn, each
+    round starting one further on, so that no relay always follows the same one. Every relay's
+    process is up throughout (the idle ones cost nothing): a machine that slows for a while
+    slows every relay alike, where one relay measured after another could meet the slow spell
+    alone."""
+
+    def __init__(self, relays: list[Relay]) -> None:
+        self.live = list(relays)
+
+    async def round(self, number: int, rounds: int, what: str, run: Any) -> None:
+        shift = number % max(1, len(self.live))
+        for relay in self.live[shift:] + self.live[:shift]:
+            print(f"{relay.name}: {what}, round {number + 1} of {rounds} ...", flush=True)
+            try:
+                await run(relay)
+            except Exception as exc:  # reported; the other relays are still measured
+                relay.out["error"] = f"{type(exc).__name__}: {exc}"
+                self.live.remove(relay)
+
+
+async def _runs(
+    session: Any, relays: list[Relay], bodies: Bodies, upstream: Proc, up_base: str, args: argparse.Namespace
+) -> None:
+    turns = _Turns(relays)
     if "request" in args.runs:
-        print(f"{relay.name}: request ...", flush=True)
-        relay.out["request"] = await _request_run(relay, bodies, up_base, args.requests)
+        records = {relay.name: _Requests() for relay in relays}
+        per_round = args.requests // ROUNDS
+        for r in range(ROUNDS):
+            asked = range(8 + r * per_round, 8 + (r + 1) * per_round)  # the first 8 warmed up
+
+            async def requests(relay: Relay, asked: range = asked) -> None:
+                await _request_run(relay, bodies, up_base, asked, records[relay.name])
+
+            await turns.round(r, ROUNDS, "request", requests)
+        for relay in turns.live:
+            relay.out["request"] = records[relay.name].result()
     for run in ("growing", "distinct"):
         if run in args.runs:
-            print(f"{relay.name}: {run} ...", flush=True)
-            next_body = _next_body(run, bodies)
-            relay.out[run] = await closed_loop(session, relay, next_body, args.seconds, upstream)
+            await _closed_loop_rounds(run, session, turns, bodies, upstream, args.seconds / ROUNDS)
     if "burst" in args.runs:
-        print(f"{relay.name}: burst ...", flush=True)
-        relay.out["burst"] = await _burst(session, relay, bodies, upstream)
-    if args.profile and relay.name == "head":
-        return await _profile(session, relay, bodies, procs, upstream, args)
-    return ""
+        bursts: dict[str, list[dict[str, Any]]] = {relay.name: [] for relay in relays}
+
+        async def burst(relay: Relay) -> None:
+            bursts[relay.name].append(await _burst(session, relay, bodies.sessions_of(relay), upstream))
+
+        for r in range(BURST_ROUNDS):
+            await turns.round(r, BURST_ROUNDS, "burst", burst)
+        for relay in turns.live:
+            relay.out["burst"] = _pooled_bursts(bursts[relay.name])
+
+
+async def _closed_loop_rounds(
+    run: str, session: Any, turns: _Turns, bodies: Bodies, upstream: Proc, seconds: float
+) -> None:
+    slices: dict[str, list[dict[str, Any]]] = {relay.name: [] for relay in turns.live}
+
+    async def one_slice(relay: Relay) -> None:
+        got = await closed_loop(session, relay, _next_body(run, bodies, relay), seconds, upstream)
+        slices[relay.name].append(got)
+
+    for r in range(ROUNDS):
+        await turns.round(r, ROUNDS, run, one_slice)
+    for relay in turns.live:
+        relay.out[run] = _pooled(slices[relay.name])
 
 
 def _with_defaults(targets: list[Relay], home: str) -> None:
@@ -300,12 +411,20 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str
                         in_process, relay.name, relay.env, up_base + "/v1", args.requests
                     )
         async with new_session() as session:
-            for relay in targets:
-                try:
-                    profile += await _one_relay(session, relay, bodies, procs, upstream, up_base, args)
-                except Exception as exc:  # reported; the other relays are still measured
-                    relay.out["error"] = f"{type(exc).__name__}: {exc}"
-                finally:
+            started: list[Relay] = []
+            try:
+                for relay in targets:
+                    try:
+                        await _start(session, relay, bodies, procs, upstream, up_base)
+                        started.append(relay)
+                    except Exception as exc:  # reported; the other relays are still measured
+                        relay.out["error"] = f"{type(exc).__name__}: {exc}"
+                await _runs(session, started, bodies, upstream, up_base, args)
+                head = next((r for r in started if r.name == "head" and "error" not in r.out), None)
+                if args.profile and head is not None:
+                    profile = await _profile(session, head, bodies, procs, upstream, args)
+            finally:
+                for relay in targets:
                     if relay.proc is not None:
                         procs.stop(relay.proc)
     return targets, profile

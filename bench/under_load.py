@@ -102,6 +102,13 @@ class Sessions:
             self.parts.append((head.rstrip(b","), tail))
         self.size = len(self.parts[0][0]) + len(self.parts[0][1])
 
+    def fresh(self) -> Sessions:
+        """The same sessions at their first turn, counting their turns apart from these (for
+        relays measured in turns, each meeting the same requests); the bytes are shared."""
+        other = object.__new__(Sessions)
+        other.parts, other.size, other.turns = self.parts, self.size, [0] * len(self.turns)
+        return other
+
     def restart(self) -> None:
         """Every session back to its first turn, so that each relay measured meets the same
         requests (a session's body grows with its turns: a relay measured after another
@@ -247,6 +254,12 @@ async def closed_loop(
     events = sum(r.events for r in results)
     first = [r.first_delta * 1e3 for r in ok]
     return {
+        # The totals, for a caller that pools several runs (bench/per_core.py's rounds).
+        "wall": wall,
+        "cpu": cpu,
+        "load": load,
+        "events": events,
+        "firsts": first,
         "streams": len(results),
         "failed": len(results) - len(ok),
         "error": next((r.error for r in results if not r.ok), ""),
