@@ -72,6 +72,7 @@ from procs import (  # noqa: E402
     get_json,
     mem_status,
     reset_hwm,
+    set_affinity,
     source_info,
     wait_http,
 )
@@ -431,6 +432,9 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str
         )
         up_base = f"http://127.0.0.1:{up_port}"
         wait_http(upstream, up_base + "/bench/stats")
+        if len(CPUS) > 1:  # the relays' core is theirs from the start (request_cpu.py's too)
+            set_affinity(upstream.pid, {CPUS[0]})
+            set_affinity(0, {CPUS[0]})
         if "request" in args.runs:
             await _in_process_rounds(
                 [t for t in targets if t.name in ("bare", "head", "base")], up_base, args
