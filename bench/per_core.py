@@ -163,13 +163,20 @@ async def _request_run(relay: Relay, bodies: Bodies, up_base: str, turns: range,
         into.cpu += used
 
 
+def _rotated(relays: list[Relay], number: int) -> list[Relay]:
+    """The relays in the order they take round `number`: each round starts one further on, so
+    that no relay always follows the same one."""
+    shift = number % max(1, len(relays))
+    return relays[shift:] + relays[:shift]
+
+
 async def _in_process_rounds(relays: list[Relay], up_base: str, args: argparse.Namespace) -> None:
     """`in_process` for each Python relay, in ROUNDS rounds taken in turn (each round a fresh
     process of request_cpu.py with its share of the requests): each figure is the median of
     the rounds' medians."""
     rounds: dict[str, list[dict[str, Any]]] = {relay.name: [] for relay in relays}
     for r in range(ROUNDS):
-        for relay in relays[r % max(1, len(relays)) :] + relays[: r % max(1, len(relays))]:
+        for relay in _rotated(relays, r):
             print(f"{relay.name}: request CPU in process, round {r + 1} of {ROUNDS} ...", flush=True)
             got = await asyncio.to_thread(
                 in_process, relay.name, relay.env, up_base + "/v1", args.requests // ROUNDS
@@ -342,18 +349,16 @@ async def _start(
 
 
 class _Turns:
-    """The relays still measured, taking turns: in each round every one runs in turn, each
-    round starting one further on, so that no relay always follows the same one. Every relay's
-    process is up throughout (the idle ones cost nothing): a machine that slows for a while
-    slows every relay alike, where one relay measured after another could meet the slow spell
-    alone."""
+    """The relays still measured, taking turns: in each round every one runs in turn
+    (`_rotated`). Every relay's process is up throughout (the idle ones cost nothing): a
+    machine that slows for a while slows every relay alike, where one relay measured after
+    another could meet the slow spell alone."""
 
     def __init__(self, relays: list[Relay]) -> None:
         self.live = list(relays)
 
     async def round(self, number: int, rounds: int, what: str, run: Any) -> None:
-        shift = number % max(1, len(self.live))
-        for relay in self.live[shift:] + self.live[:shift]:
+        for relay in _rotated(self.live, number):
             print(f"{relay.name}: {what}, round {number + 1} of {rounds} ...", flush=True)
             try:
                 await run(relay)
