@@ -236,7 +236,8 @@ class ContextWindows:
         # model -> (tokens, valid until), least recently used first
         self._cache: OrderedDict[str, tuple[int | None, float]] = OrderedDict()
         # model -> until when it is not probed (a name no probe may carry, or one the upstream
-        # did not list when its list was read), least recently used first
+        # did not list when its list was read), least recently used first; apart from
+        # `_cache`, so that names a client invents never push a learned window out
         self._unprobed: OrderedDict[str, float] = OrderedDict()
         self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
         self._listed: frozenset[str] = frozenset()

@@ -196,9 +196,17 @@ class ToolCatalogue:
             self.unavailable.append(kind)
 
 
-def request_tools(tools: Iterable[Mapping[str, Any]], items: Iterable[Mapping[str, Any]]) -> list[Any]:
-    """The request's tools: `tools`, then those of every `additional_tools` input item."""
+def request_tools(
+    tools: Iterable[Mapping[str, Any]],
+    items: Iterable[Mapping[str, Any]],
+    kinds: frozenset[Any] | None = None,
+) -> list[Any]:
+    """The request's tools: `tools`, then those of every `additional_tools` input item.
+    `kinds`: the items' types when known (Inbound.input_kinds); without `additional_tools`
+    among them the items are not looked at (a long history is most of a request)."""
     found = list(tools)
+    if kinds is not None and ADDITIONAL_TOOLS not in kinds:
+        return found
     for item in items:
         if item.get("type") == ADDITIONAL_TOOLS:
             found.extend(item.get("tools") or ())

@@ -11,13 +11,7 @@ from typing import Any, cast
 
 import orjson
 
-from codexgate.translate.catalogue import (
-    ADDITIONAL_TOOLS,
-    ToolCatalogue,
-    catalogue_of,
-    request_tools,
-    unavailable_notice,
-)
+from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.chat_upstream.messages import (
     LATE_DEVELOPER_PREFIX,
     MISSING_OUTPUT,
@@ -96,12 +90,9 @@ class ChatRequest:
 
 def tools_of(req: ResponsesRequest, kinds: frozenset[Any] | None = None) -> list[dict[str, Any]]:
     """The request's tools: `tools`, then those of every `additional_tools` input item (Codex's
-    Responses Lite sends its tools that way and no `tools` at all). `kinds`: the input's item
-    types when known (Inbound.input_kinds); without `additional_tools` among them the items
-    are not looked at (a long history is most of a request)."""
-    if kinds is not None and ADDITIONAL_TOOLS not in kinds:
-        return list(req.tools)
-    return request_tools(req.tools, req.input)
+    Responses Lite sends its tools that way and no `tools` at all); `kinds` as request_tools
+    takes them."""
+    return request_tools(req.tools, req.input, kinds)
 
 
 def to_chat_request(

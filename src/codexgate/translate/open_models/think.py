@@ -175,7 +175,7 @@ class _Markers:
     def of(cls, tags: tuple[ThinkTags, ...]) -> _Markers:
         implicit = tuple(t for t in tags if t.implicit)
         opens = tuple(_lower(t.open) for t in tags)
-        prefixes = frozenset(o[:k] for o in opens for k in range(1, len(o) + 1))
+        prefixes = _proper_prefixes(opens)[0] | frozenset(opens)
         return cls(implicit, opens, tuple(_lower(t.close) for t in implicit), prefixes)
 
 
