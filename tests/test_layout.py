@@ -16,7 +16,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "codexgate"
 
-_CORE = ("errors", "redact", "wire", "translate")  # everything may use these
+_CORE = ("errors", "redact", "timeouts", "wire", "translate")  # everything may use these
 _BACKEND_SEAM = ("backends.base", "backends.scope")
 _BACKEND_SHARED = (*_BACKEND_SEAM, "backends.kinds", "backends.log", "backends.model_list",
                    "backends.server_info", "backends.http", "config", *_CORE)  # fmt: skip
@@ -91,7 +91,8 @@ def test_a_unit_imports_only_what_it_may(unit: str) -> None:
 
 def test_every_module_belongs_to_a_unit_with_rules() -> None:
     top_level = {path.stem for path in SRC.glob("*.py")} - {"__init__"}
-    assert top_level == {"app", "cli", "errors", "redact"}  # the assembly, the entry, the errors, secrets
+    # the assembly, the entry, the errors, secrets, the per-request timeouts
+    assert top_level == {"app", "cli", "errors", "redact", "timeouts"}
     assert not [path for path in MODULES if unit_of(path) not in ALLOWED]
 
 

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from codexgate import timeouts
 from codexgate.config import ApiKeyConfig
 from codexgate.errors import GatewayError, ModelNotAllowed
 from codexgate.server.exchange import Exchange
@@ -218,7 +219,7 @@ class Admission:
         """The verdict, and whether this process alone counted it (the store did not answer)."""
         if self.down_since is None or time.monotonic() >= self._retry_at:
             try:
-                async with asyncio.timeout(STORE_TIMEOUT):
+                with timeouts.timeout(STORE_TIMEOUT):
                     verdict = await self.meter.admit(ask)
             except (StoreError, TimeoutError) as exc:
                 self._store_down(exc)
@@ -282,7 +283,7 @@ class Admission:
             await self.fallback.release(ticket.key, ticket.lease)
             return
         try:
-            async with asyncio.timeout(STORE_TIMEOUT):
+            with timeouts.timeout(STORE_TIMEOUT):
                 await self.meter.release(ticket.key, ticket.lease)
         except (StoreError, TimeoutError) as exc:
             log.warning("a slot of key %r was not released (it frees itself within %g s): %s",
@@ -298,7 +299,7 @@ class Admission:
                 await self.fallback.renew([(key, lease) for lease, (key, local) in held if local], until)
                 stored = [(key, lease) for lease, (key, local) in held if not local]
                 try:
-                    async with asyncio.timeout(STORE_TIMEOUT):
+                    with timeouts.timeout(STORE_TIMEOUT):
                         await self.meter.renew(stored, until)
                 except Exception as exc:  # the store is down: the slots free themselves (LEASE_SECONDS)
                     log.warning("leases not renewed: %s", exc or "no answer")

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import orjson
 
+from codexgate import timeouts
 from codexgate.backends import scope as request_scope
 from codexgate.backends.base import Backend, Call, Inbound
 from codexgate.backends.scope import entered as entered_scope
@@ -247,7 +248,7 @@ class GatewayApp:
                 raise _unsupported_encoding(value.decode("latin-1"))
         try:
             # A client that sends part of a body and holds the connection open is cut off.
-            async with asyncio.timeout(self.body_timeout):
+            with timeouts.timeout(self.body_timeout):
                 return await self._receive_body(receive)
         except TimeoutError:
             raise InvalidRequest(

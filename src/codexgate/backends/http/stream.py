@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+from codexgate import timeouts
 from codexgate.backends import scope
 from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse, read_capped
 from codexgate.backends.log import clip
@@ -263,7 +264,7 @@ class HttpStream:
         loop = asyncio.get_running_loop()
         remaining = self._first_byte_deadline - loop.time()
         try:
-            async with asyncio.timeout_at(self._first_byte_deadline):
+            with timeouts.timeout_at(self._first_byte_deadline):
                 connect_timeout = min(target.connect_timeout, max(remaining, 0.001))
                 request = HttpRequest("POST", self._url, headers, self._body, connect_timeout)
                 return await self._transport.open(request)
@@ -392,7 +393,7 @@ class HttpStream:
         if chunks is None:
             return
         try:
-            async with asyncio.timeout(_DRAIN_SECONDS):
+            with timeouts.timeout(_DRAIN_SECONDS):
                 async for _ in chunks:
                     pass
         except (TimeoutError, UpstreamError):
