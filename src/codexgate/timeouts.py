@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from types import TracebackType
-from weakref import WeakKeyDictionary
 
 __all__ = ["timeout", "timeout_at"]
 
@@ -27,7 +27,7 @@ class _Timer:
     """One loop's open timeouts behind one timer armed at the earliest deadline (or none)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._open: dict[Timeout, None] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
@@ -45,35 +45,30 @@ class _Timer:
     def _arm(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        self._handle = self._loop.call_at(when, self._fire)
+        self._handle = self.loop.call_at(when, self._fire)
         self._armed_at = when
 
     def _fire(self) -> None:
         self._handle, self._armed_at = None, math.inf
-        now, earliest = self._loop.time(), math.inf
+        now = self.loop.time()
         due = [scope for scope in self._open if scope.when <= now]
         for scope in due:
             del self._open[scope]
             scope.expire()
-        for scope in self._open:
-            earliest = min(earliest, scope.when)
+        earliest = min((scope.when for scope in self._open), default=math.inf)
         if earliest < math.inf:
             self._arm(earliest)
 
 
-_timers: WeakKeyDictionary[asyncio.AbstractEventLoop, _Timer] = WeakKeyDictionary()
-_last: tuple[asyncio.AbstractEventLoop | None, _Timer | None] = (None, None)  # most often the one loop
+# This thread's timer, for the loop it runs. Another loop in this thread gets a timer of its
+# own; a timer left behind keeps working for the timeouts it holds (its handle holds it).
+_local = threading.local()
 
 
 def _timer_of(loop: asyncio.AbstractEventLoop) -> _Timer:
-    global _last
-    last_loop, timer = _last
-    if last_loop is loop and timer is not None:
-        return timer
-    timer = _timers.get(loop)
-    if timer is None:
-        timer = _timers[loop] = _Timer(loop)
-    _last = (loop, timer)
+    timer: _Timer | None = getattr(_local, "timer", None)
+    if timer is None or timer.loop is not loop:
+        timer = _local.timer = _Timer(loop)
     return timer
 
 
