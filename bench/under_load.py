@@ -316,7 +316,7 @@ async def _profile(
         while spy.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         procs.stop(spy)
-    from run import analyse_profile
+    from report import analyse_profile
 
     got = analyse_profile(out_file.read_text() if out_file.exists() else "")
     out_file.unlink(missing_ok=True)

@@ -2,11 +2,11 @@
 
 Every request passes through a few timeouts that almost never fire (its body's arrival, its
 upstream's first byte, the drain after the terminal event). `asyncio.timeout` arms and cancels a
-loop timer for each, some 5 us apiece (bench/request_cpu.py). Here all the timeouts of a loop
-share one timer, armed at the earliest deadline: a timeout that ends before it fires costs a dict
-insert and delete. When the timer fires it expires what is due and re-arms at the next deadline,
-so a timeout fires when `asyncio.timeout`'s would (each scan is O(open timeouts), and runs about
-once per deadline, not per request).
+loop timer for each: some 4-6 us apiece on uvloop, against 1.5 us here. All the timeouts of a
+loop share one timer, armed at the earliest deadline: a timeout that ends before it fires costs
+a dict insert and delete. When the timer fires it expires what is due and re-arms at the next
+deadline, so a timeout fires when `asyncio.timeout`'s would (each scan is O(open timeouts), and
+runs about once per deadline, not per request).
 
 A timeout is a plain `with` block inside a coroutine, not `async with`: entering and leaving it
 awaits nothing. Like `asyncio.timeout`, it cancels the task when due and turns that cancellation
