@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from codexgate import timeouts
 from codexgate.backends.http.transport import (
     AiohttpTransport,
     ClosedBeforeAnswer,
@@ -460,7 +461,7 @@ class H1Transport:
         conn = _Connection(self, key)
         self._open.add(conn)
         try:
-            async with asyncio.timeout(connect_timeout):
+            with timeouts.timeout(connect_timeout):
                 host, port = key
                 try:  # an IP address needs no resolver (a thread's round trip)
                     infos = socket.getaddrinfo(host, port, type=_STREAM, flags=socket.AI_NUMERICHOST)
