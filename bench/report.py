@@ -96,6 +96,13 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
     def note(text: str) -> None:
         rows.append(("#", text))
 
+    def cpu_rows(run: dict[str, Any]) -> None:
+        per_event = run["gw_us_per_event"]
+        row(
+            "gateway CPU per event (us)", f(per_event, digits=1), "", "", "~10 us", verdict(per_event <= 10.0)
+        )
+        row("gateway CPU per upstream chunk (us)", f(run["gw_us_per_up_event"], digits=1))
+
     def err(key: str) -> bool:
         if key in r.get("_errors", {}):
             note(f"ERROR in {key}: {r['_errors'][key]}"[:200])
@@ -154,15 +161,7 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
         )
         row("streams/s", *both("streams_per_s", 1))
         row("events/s delivered (Responses / chat)", *both("events_per_s", 0))
-        row(
-            "gateway CPU per event (us)",
-            f(sat["gw_us_per_event"], digits=1),
-            "",
-            "",
-            "~10 us",
-            verdict(sat["gw_us_per_event"] <= 10.0),
-        )
-        row("gateway CPU per upstream chunk (us)", f(sat["gw_us_per_up_event"], digits=1))
+        cpu_rows(sat)
         row(
             "gateway CPU per stream (ms) / cores busy",
             f(sat["gw_ms_per_stream"], digits=2),
@@ -186,15 +185,7 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
             f"2b. paced: {PACED.chunks} deltas {PACED.delay_ms:g} ms apart (tokens as a model streams them), "
             f"{paced['streams']} streams in {plan.paced_seconds:g} s"
         )
-        row(
-            "gateway CPU per event (us)",
-            f(paced["gw_us_per_event"], digits=1),
-            "",
-            "",
-            "~10 us",
-            verdict(paced["gw_us_per_event"] <= 10.0),
-        )
-        row("gateway CPU per upstream chunk (us)", f(paced["gw_us_per_up_event"], digits=1))
+        cpu_rows(paced)
         row("fake upstream CPU per chunk (us)", f(paced["up_us_per_event"], digits=1))
         row(
             "client reads per stream; ok/failed",
@@ -358,18 +349,15 @@ def print_report(r: dict[str, Any], plan: Plan, elapsed: float) -> None:
             head(
                 f"Profile, py-spy, gateway at c=64 {label} ({pr['samples']} samples, {pr['streams']} streams)"
             )
-            row("time by where the leaf frame is", "% samples")
-            for k, v in pr["areas"]:
-                row(f"  {k}", f(v, "%", 1))
-            row("hottest functions (self)", "% samples")
-            for k, v in pr["top_self"]:
-                row(f"  {k}", f(v, "%", 1))
-            row("codexgate functions (inclusive)", "% samples")
-            for k, v in pr["codexgate_inclusive"]:
-                row(f"  {k}", f(v, "%", 1))
-            row("codexgate functions (self)", "% samples")
-            for k, v in pr["codexgate_self"]:
-                row(f"  {k}", f(v, "%", 1))
+            for title, key in (
+                ("time by where the leaf frame is", "areas"),
+                ("hottest functions (self)", "top_self"),
+                ("codexgate functions (inclusive)", "codexgate_inclusive"),
+                ("codexgate functions (self)", "codexgate_self"),
+            ):
+                row(title, "% samples")
+                for k, v in pr[key]:
+                    row(f"  {k}", f(v, "%", 1))
 
     busy = {k: v for k, v in r.get("_foreign", {}).items() if v >= 0.05}
     line = "-" * (sum(W) + 2 * (len(W) - 1))
