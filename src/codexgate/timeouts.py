@@ -22,6 +22,8 @@ from types import TracebackType
 
 __all__ = ["timeout", "timeout_at"]
 
+_CLOCK_STEP = 0.001
+
 
 class _Timer:
     """One loop's open timeouts behind one timer armed at the earliest deadline (or none)."""
@@ -50,7 +52,9 @@ class _Timer:
 
     def _fire(self) -> None:
         self._handle, self._armed_at = None, math.inf
-        now = self.loop.time()
+        # The loop's clock moves in steps (uvloop: 1 ms), so a timer may run up to a step early:
+        # counted as due, like asyncio's own timeouts, rather than re-armed over and over.
+        now = self.loop.time() + _CLOCK_STEP
         due = [scope for scope in self._open if scope.when <= now]
         for scope in due:
             del self._open[scope]
@@ -103,6 +107,7 @@ class Timeout:
             raise TimeoutError from exc
 
     def expire(self) -> None:
+        """The deadline came while the block was open (the timer calls it): cancel the task."""
         self._expired = True
         self._task.cancel()
 
