@@ -96,6 +96,13 @@ def test_every_module_belongs_to_a_unit_with_rules() -> None:
     assert not [path for path in MODULES if unit_of(path) not in ALLOWED]
 
 
+def test_the_modules_every_layer_uses_import_nothing_of_the_gateway() -> None:
+    """errors.py, redact.py and timeouts.py sit below every layer (docs/architecture.md)."""
+    assert {name: imports_of(SRC / f"{name}.py") for name in ("errors", "redact", "timeouts")} == {
+        "errors": set(), "redact": set(), "timeouts": set(),
+    }  # fmt: skip
+
+
 def test_routing_knows_no_concrete_backend() -> None:
     names = {name for path in (SRC / "routing").rglob("*.py") for name in imports_of(path)}
     assert {name for name in names if name.startswith("backends")} <= set(_BACKEND_SEAM)
