@@ -1,7 +1,7 @@
 """Per core: what one Codex turn costs a relay when the upstream is fast, and in a burst.
 
     uv run python bench/per_core.py [--quick] [--base-src DIR] [--peer NAME=COMMAND]
-        [--profile [growing|distinct]] [--only NAMES] [--runs request,growing,distinct,burst]
+        [--profile [growing|distinct|short]] [--only NAMES] [--runs request,growing,distinct,short,burst]
 
 The shape bench/under_load.py does not show: an upstream that answers at once (a local model
 with a short answer, a cached prefix), so that the relay's cost per request and per event is
@@ -25,7 +25,13 @@ slows every relay alike. The relays meet, in this order:
    the first token.
 3. `distinct`: the same with 500 distinct ~50 KB Codex sessions (bench/under_load.py's), each
    request its session one turn further.
-4. `burst`: the 500 distinct sessions opened at once (all 500 requests sent together), each
+4. `short`: `distinct` with one-delta answers (a model that answers in a word, a tool call
+   decided at once). Beside `distinct`, whose requests are the same but for their answers, it
+   splits a stream's CPU into what a stream costs whatever its length (reading the request,
+   opening the upstream request, the first and last events, the observers) and what each
+   further event adds: `(distinct - short) / (their difference in events)` per event, the
+   rest of `short`'s per stream fixed.
+5. `burst`: the 500 distinct sessions opened at once (all 500 requests sent together), each
    answer one delta every 100 ms (30 deltas): the first token p50/p90/p99 (of every round's
    streams), when half the streams were answered (the median round) and the peak RSS (VmHWM,
    reset first, the highest round; "RSS before" is what the runs before left).
@@ -83,7 +89,7 @@ MB = 1024 * 1024
 FAST = Scenario("text", 200, 4, AT_ONCE)  # 200 deltas, written at once
 BURST = Scenario("text", 30, 4, 100)  # one delta every 100 ms
 ONE = Scenario("text", 1, 4, 0)  # the `request` run's answer
-RUNS = ("request", "growing", "distinct", "burst")
+RUNS = ("request", "growing", "distinct", "short", "burst")
 # Every relay takes its turn in each round (bench/README.md): the closed-loop runs and the
 # requests one at a time in ROUNDS slices, the burst BURST_ROUNDS times.
 ROUNDS = 4
@@ -259,7 +265,8 @@ def _next_body(run: str, bodies: Bodies, relay: Relay) -> Any:
     if run == "growing":
         return lambda n: bodies.turn(n, FAST)
     sessions = bodies.sessions_of(relay)
-    return lambda n: sessions.next_body(n % SESSIONS, FAST)
+    answer = ONE if run == "short" else FAST
+    return lambda n: sessions.next_body(n % SESSIONS, answer)
 
 
 def _pooled(slices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -383,7 +390,7 @@ async def _runs(
             await turns.round(r, ROUNDS, "request", requests)
         for relay in turns.live:
             relay.out["request"] = records[relay.name].result()
-    for run in ("growing", "distinct"):
+    for run in ("growing", "distinct", "short"):
         if run in args.runs:
             await _closed_loop_rounds(run, session, turns, bodies, upstream, args.seconds / ROUNDS)
     if "burst" in args.runs:
@@ -467,6 +474,16 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str
 # -- the report --------------------------------------------------------------------------------
 
 
+def _split(out: dict[str, Any]) -> tuple[float, float]:
+    """A stream's CPU as (per further event, fixed per stream), from the distinct and short runs
+    (the same requests, answers of different lengths). Raises KeyError without both."""
+    long, short = out["distinct"], out["short"]
+    per_event = (long["us_per_stream"] - short["us_per_stream"]) / (
+        long["events_per_stream"] - short["events_per_stream"]
+    )
+    return per_event, short["us_per_stream"] - per_event * short["events_per_stream"]
+
+
 def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
     table = RatioTable(
         targets,
@@ -496,6 +513,16 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
         row("  relay cores used", lambda o, r=run: o[r]["cores"], 2)
         row("  load generator's core used", lambda o, r=run: o[r]["load_cores"], 2)
         row("  failed streams", lambda o, r=run: o[r]["failed"], 0)
+    lines.append(f"short: {SESSIONS} distinct sessions, one-delta answers, c={CONCURRENCY}:")
+    row("  CPU per stream (us)", lambda o: o["short"]["us_per_stream"], 0)
+    row("  streams/s", lambda o: o["short"]["streams_per_s"])
+    row("  events per stream", lambda o: o["short"]["events_per_stream"])
+    row("  first token p50 (ms)", lambda o: o["short"]["first_p50"])
+    row("  relay cores used", lambda o: o["short"]["cores"], 2)
+    row("  failed streams", lambda o: o["short"]["failed"], 0)
+    lines.append("a stream's CPU split (distinct beside short):")
+    row("  CPU per further event (us)", lambda o: _split(o)[0], 2)
+    row("  CPU per stream whatever its length (us)", lambda o: _split(o)[1], 0)
     lines.append(f"burst: {SESSIONS} sessions opened at once, one delta every {BURST.delay_ms:g} ms:")
     row("  first token p50 (ms)", lambda o: o["burst"]["first_p50"])
     row("  first token p90 (ms)", lambda o: o["burst"]["first_p90"])
@@ -516,7 +543,7 @@ def main() -> None:
     parser.add_argument("--base-src", help="also measure codexgate imported from this src/ folder")
     parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND, see the module docs")
     parser.add_argument(
-        "--profile", nargs="?", const="growing", choices=("growing", "distinct"),
+        "--profile", nargs="?", const="growing", choices=("growing", "distinct", "short"),
         help="py-spy the head relay (via uv) in a separate run of this kind (default: growing)",
     )  # fmt: skip
     parser.add_argument("--only", help="comma-separated relay names to run (default: all)")

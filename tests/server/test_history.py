@@ -125,6 +125,7 @@ def test_resuming_from_any_earlier_turn_gives_the_same_upstream_body(seed: int) 
         fresh = translate(body, dialect)
         resumed = translate(body, dialect, checkpoint)
         expected = fresh.encode()
+        assert orjson.loads(expected) == fresh.body  # what goes upstream is the body
         assert resumed.encode() == expected
         assert resumed.body == fresh.body
         # A request the memory would not keep makes no checkpoint, and the same bytes.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from codexgate.errors import InvalidRequest
@@ -19,9 +20,10 @@ SPAWN_NS = {"type": "namespace", "name": "agents", "tools": [{"type": "function"
 
 
 def chat(**fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = to_chat_request(
-        parse_request({"model": "m", "input": "hi", **fields}), ChatDialect(), "up"
-    ).body
+    """The upstream body; checks that what is sent upstream is that body."""
+    request = to_chat_request(parse_request({"model": "m", "input": "hi", **fields}), ChatDialect(), "up")
+    assert orjson.loads(request.encode()) == request.body
+    body: dict[str, Any] = request.body
     return body
 
 
@@ -43,6 +45,18 @@ def test_allowed_tools_advertises_only_the_tools_it_allows_with_its_mode() -> No
     choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "spawn", "namespace": "agents"}, {"type": "web_search"}]}
     body = chat(tools=[READ, SPAWN_NS, {"type": "web_search"}], tool_choice=choice)
     assert names(body) == ["agents__spawn"] and body["tool_choice"] == "auto"
+
+
+def test_a_tool_list_is_encoded_once_for_every_request_that_sends_it() -> None:
+    body = {"model": "m", "input": "hi", "tools": [READ, WRITE]}
+    first, second = (to_chat_request(parse_request(body), ChatDialect(), "up") for _ in range(2))
+    assert first.tools_json is not None and first.tools_json is second.tools_json
+    assert orjson.loads(second.encode())["tools"] == second.body["tools"] == first.body["tools"]
+    # A choice that narrows the list sends its own, encoded with the request.
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "read"}]}
+    body = {"model": "m", "input": "hi", "tools": [READ, WRITE], "tool_choice": choice}
+    narrowed = to_chat_request(parse_request(body), ChatDialect(), "up")
+    assert narrowed.tools_json is None and names(orjson.loads(narrowed.encode())) == ["read"]
 
 
 def test_a_named_tool_choice_forces_its_function_under_the_name_the_model_is_shown() -> None:

@@ -23,7 +23,7 @@ from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
-from codexgate.wire.recent import SameObjects
+from codexgate.wire.recent import SameObject, SameObjects
 from codexgate.wire.responses import Item, ResponsesRequest
 
 __all__ = [
@@ -54,6 +54,10 @@ class ChatRequest:
     catalogue: ToolCatalogue
     checkpoint: Checkpoint | None  # for the next request of the same conversation, if kept
     dropped_items: list[str] = field(default_factory=list)
+    # `tools` as encoded JSON, when they are a tool list's functions shared by every request
+    # with the same tools (a Codex request's ~10 KB of them are then encoded once, not per
+    # request; `body` keeps the list itself for whoever reads it).
+    tools_json: orjson.Fragment | None = None
 
     def encode(self) -> bytes:
         """The body as JSON, with `messages` last. A message encoded for an earlier request
@@ -61,7 +65,10 @@ class ChatRequest:
         request's encodings are kept in its checkpoint for the next one."""
         body = self.body
         messages: list[Message] = body["messages"]
-        head = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+        fields = {k: v for k, v in body.items() if k != "messages"}
+        if self.tools_json is not None:
+            fields["tools"] = self.tools_json
+        head = orjson.dumps(fields)
         opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
         if self.checkpoint is None:  # nothing to keep: the messages in one go (the same bytes)
             return opening + orjson.dumps(messages) + b"}"
@@ -131,21 +138,28 @@ def to_chat_request(
     if dialect.include_usage:
         body["stream_options"] = {"include_usage": True}
     offered, tool_choice = chat_tool_choice(req.tool_choice, catalogue, functions)
+    tools_json = None
     if offered:
         body["tools"] = offered
+        if offered is functions:  # shared (_read_tools): encoded once
+            tools_json = _FUNCTIONS_JSON.get(functions) or _FUNCTIONS_JSON.put(
+                functions, orjson.Fragment(orjson.dumps(functions))
+            )
         body["tool_choice"] = tool_choice
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
     _add_options(body, req, dialect)
     kept = translated.history
     checkpoint = Checkpoint(kept, tools, functions, catalogue) if kept is not None else None
-    return ChatRequest(body, catalogue, checkpoint, translated.dropped)
+    return ChatRequest(body, catalogue, checkpoint, translated.dropped, tools_json)
 
 
 # The catalogue and chat functions of a tool list, by its tools' identities: a request's tool
 # checked lately is the object checked then (wire/recent.py), so a list seen before (each turn
 # of a conversation, every session with the same tools) is one lookup.
 _CATALOGUES: SameObjects[tuple[ToolCatalogue, list[dict[str, Any]]]] = SameObjects()
+# Those chat functions as JSON, by the list's identity (read-only, like the list).
+_FUNCTIONS_JSON: SameObject[orjson.Fragment] = SameObject()
 
 
 def _read_tools(tools: list[dict[str, Any]]) -> tuple[ToolCatalogue, list[dict[str, Any]]]:
