@@ -17,7 +17,7 @@ import pytest
 import uvloop
 
 from codexgate.backends.http.h1 import DefaultTransport, H1Response, H1Transport
-from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
+from codexgate.backends.http.transport import Body, BodyParts, HttpRequest, UpstreamResponse
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 from tests.support.processes import free_port
 
@@ -101,7 +101,7 @@ async def raw_server(handle: Handler) -> AsyncIterator[RawServer]:
         await asyncio.gather(*raw._tasks, return_exceptions=True)
 
 
-def post(url: str, body: bytes = b'{"stream":true}', timeout: float = 5) -> HttpRequest:
+def post(url: str, body: Body = b'{"stream":true}', timeout: float = 5) -> HttpRequest:
     return HttpRequest(
         "POST", url, {"content-type": "application/json", "authorization": "Bearer k"}, body, timeout
     )
@@ -182,6 +182,28 @@ async def test_a_content_length_body_and_the_request_as_sent() -> None:
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%s\r\ncontent-type: application/json\r\n"
         b"authorization: Bearer k\r\nContent-Length: 13\r\nAccept-Encoding: identity\r\n\r\n" % port.encode()
     )
+
+
+@pytest.mark.parametrize("size", [300, 400_000])
+@on_both_loops
+async def test_a_body_in_pieces_is_sent_whole_as_its_bytes(size: int) -> None:
+    """Joined with the head when small, each piece handed to a vectored write when large."""
+    pieces = [b'{"messages":[', *[b'"%s",' % (b"x" * 97) for _ in range(size // 100)], b'"end"]}']
+    got: list[bytes] = []
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await server.request(reader)
+        assert request is not None
+        got.append(request.split(b"\r\n\r\n", 1)[1])
+        writer.write(answer(b"{}"))
+        await reader.read()
+
+    async with raw_server(one) as server, h1() as transport:
+        response = await transport.open(post(server.url, BodyParts.of(pieces)))
+        assert await response.read() == b"{}"
+        await response.aclose()
+    assert got == [b"".join(pieces)]
+    assert b"Content-Length: %d\r\n" % len(got[0]) in server.heads[0]
 
 
 @on_both_loops

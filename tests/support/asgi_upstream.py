@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from codexgate.backends.http.transport import HttpRequest
+from codexgate.backends.http.transport import HttpRequest, body_bytes
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
 
 from ._exchange import (
@@ -118,7 +118,7 @@ class ASGIUpstreamTransport:
 
     async def open(self, request: HttpRequest) -> ASGIUpstreamResponse:
         method, url, headers, body, connect_timeout = (
-            request.method, request.url, request.headers, request.body, request.connect_timeout
+            request.method, request.url, request.headers, body_bytes(request.body), request.connect_timeout
         )
         if self.connect_delay:
             await asyncio.sleep(min(self.connect_delay, connect_timeout))

@@ -15,7 +15,7 @@ from collections import Counter
 from codexgate.backends.base import UNKNOWN, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
-from codexgate.backends.http.transport import Transport
+from codexgate.backends.http.transport import BodyParts, Transport
 from codexgate.backends.log import OnceLog
 from codexgate.backends.server_info import ContextWindows
 from codexgate.errors import ContextLengthExceeded
@@ -56,7 +56,7 @@ class ChatCall(HttpCall):
         )  # fmt: skip
         backend.warn_left_out("tool kind", chat.catalogue.skipped, "cannot run on a chat upstream")
         backend.warn_left_out("input item type", chat.dropped_items, "has no chat form")
-        body = chat.encode()
+        body = BodyParts.of(chat.pieces())
         if history is not None and chat.checkpoint is not None:
             history.put(key, chat.checkpoint, inbound.body_size or len(body))
         elif earlier is not None and history is not None:

@@ -15,7 +15,7 @@ import orjson
 from codexgate.backends.base import Inbound, turn_options
 from codexgate.backends.http.read_scheduler import REST, read_scheduler
 from codexgate.backends.http.stream import DONE, HttpStream, UpstreamTarget, WholeBody, describe_json
-from codexgate.backends.http.transport import Transport
+from codexgate.backends.http.transport import Body, Transport
 from codexgate.backends.log import OnceLog, clip, log
 from codexgate.backends.model_list import CachedListing, ModelList, list_models
 from codexgate.backends.server_info import fetch_json, model_entries
@@ -80,7 +80,7 @@ class HttpCall:
 
     answer_noun: ClassVar[str] = "an answer"  # what a whole JSON body should have been
 
-    def __init__(self, backend: HttpBackend, path: str, body: bytes, inbound: Inbound) -> None:
+    def __init__(self, backend: HttpBackend, path: str, body: Body, inbound: Inbound) -> None:
         self._target = backend.target
         self._input_bytes = len(body)
         self._counts = backend.counts

@@ -26,6 +26,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from codexgate import timeouts
 from codexgate.backends.http.transport import (
     AiohttpTransport,
+    Body,
+    BodyParts,
     ClosedBeforeAnswer,
     ClosedMidAnswer,
     HttpRequest,
@@ -175,12 +177,17 @@ class _Connection(asyncio.Protocol):
         head = self._head = asyncio.get_running_loop().create_future()
         return head, body
 
-    def write_request(self, head: bytes, body: bytes | None) -> None:
+    def write_request(self, head: bytes, body: Body | None) -> None:
         """The request in one write (bench/request_cpu.py notes the time it is called)."""
         transport = self.transport
         assert transport is not None
         if body is None:
             transport.write(head)
+        elif isinstance(body, BodyParts):  # joined with the head, or each piece handed to writev
+            if body.size <= _CONCAT_UP_TO:
+                transport.write(b"".join((head, *body.parts)))
+            else:
+                transport.writelines((head, *body.parts))
         elif len(body) <= _CONCAT_UP_TO:
             transport.write(head + body)
         else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from codexgate import timeouts
 from codexgate.backends import scope
-from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse, read_capped
+from codexgate.backends.http.transport import Body, HttpRequest, Transport, UpstreamResponse, read_capped
 from codexgate.backends.log import clip
 from codexgate.errors import (
     Overloaded,
@@ -153,7 +153,7 @@ class HttpStream:
         transport: Transport,
         target: UpstreamTarget,
         path: str,
-        body: bytes,
+        body: Body,
         counts: Counter[str] | None = None,
         max_retries: int | None = None,
     ) -> None:

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from codexgate.backends import scope
-from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse
+from codexgate.backends.http.transport import HttpRequest, Transport, UpstreamResponse, body_bytes
 from codexgate.backends.scope import Captured, Tap
 from codexgate.errors import UpstreamError
 
@@ -32,7 +32,7 @@ class TappedTransport:
         tap = scope.current().tap
         if tap is None:
             return await self.inner.open(request)
-        captured = Captured(request.method, request.url, dict(request.headers), request.body)
+        captured = Captured(request.method, request.url, dict(request.headers), body_bytes(request.body))
         tap.captured.append(captured)
         try:
             response = await self.inner.open(request)

@@ -18,7 +18,7 @@ import orjson
 import uvicorn
 
 from codexgate import errors
-from codexgate.backends.http.transport import HttpRequest, UpstreamResponse
+from codexgate.backends.http.transport import HttpRequest, UpstreamResponse, body_bytes
 from codexgate.errors import UpstreamConnectError, UpstreamError
 from codexgate.observability.transcript import decode_body
 from codexgate.server.asgi import Receive, Scope, Send
@@ -104,7 +104,7 @@ class ReplayTransport:
 
     async def open(self, request: HttpRequest) -> UpstreamResponse:
         """The recorded answer to the next such request (the connect timeout plays no part)."""
-        method, url, body = request.method, request.url, request.body
+        method, url, body = request.method, request.url, body_bytes(request.body)
         path = url[len(self._base) :] if url.startswith(self._base) else url
         self.sent.append((method, path, body))
         answer = self._answers.next(method, path)

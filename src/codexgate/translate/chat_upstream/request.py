@@ -60,18 +60,26 @@ class ChatRequest:
     tools_json: orjson.Fragment | None = None
 
     def encode(self) -> bytes:
-        """The body as JSON, with `messages` last. A message encoded for an earlier request
-        of the conversation is not encoded again (a long history is most of the body); this
-        request's encodings are kept in its checkpoint for the next one."""
+        """The body as JSON, with `messages` last (`pieces`, joined)."""
+        return b"".join(self.pieces())
+
+    def pieces(self) -> list[bytes]:
+        """The body as JSON in pieces, in order, which a transport may send as they are (one
+        vectored write, rather than a copy of the whole history into one buffer). A message
+        encoded for an earlier request of the conversation is not encoded again (a long
+        history is most of the body); this request's encodings are kept in its checkpoint for
+        the next one."""
         body = self.body
         messages: list[Message] = body["messages"]
         fields = {k: v for k, v in body.items() if k != "messages"}
         if self.tools_json is not None:
             fields["tools"] = self.tools_json
         head = orjson.dumps(fields)
-        opening = head[:-1] + (b',"messages":' if len(head) > 2 else b'"messages":')
-        if self.checkpoint is None:  # nothing to keep: the messages in one go (the same bytes)
-            return opening + orjson.dumps(messages) + b"}"
+        opening = head[:-1] + (b',"messages":[' if len(head) > 2 else b'"messages":[')
+        if not messages:
+            return [opening, b"]}"]
+        if self.checkpoint is None:  # nothing to keep: the messages in one go
+            return [opening[:-1], orjson.dumps(messages), b"}"]
         history = self.checkpoint.history
         known = history.encoded
         ids = list(map(id, messages))
@@ -86,13 +94,11 @@ class ChatRequest:
                     # (4 KB or more even for a short message), and these stay for the
                     # conversation's next turn.
                     known[ids[i]] = bytes(memoryview(part))
-        # One join, so a long history is copied once; commas are the separator
-        framed = cast(list[bytes], parts)  # no None is left
-        if not framed:
-            return opening + b"[]}"
-        framed[0] = b"".join((opening, b"[", framed[0]))
-        framed[-1] = framed[-1] + b"]}"
-        return b",".join(framed)
+        # The messages with a comma between each two (slice assignment: a C loop).
+        framed = [b","] * (2 * len(parts) + 1)
+        framed[1::2] = cast(list[bytes], parts)  # no None is left
+        framed[0], framed[-1] = opening, b"]}"
+        return framed
 
 
 def tools_of(req: ResponsesRequest, kinds: frozenset[Any] | None = None) -> list[dict[str, Any]]:
