@@ -8,7 +8,7 @@ import socket
 import orjson
 import pytest
 
-from codexgate.backends.http.transport import AiohttpTransport, HttpRequest, _nodelay_socket
+from codexgate.backends.http.transport import AiohttpTransport, BodyParts, HttpRequest, _nodelay_socket
 from codexgate.errors import UpstreamConnectError
 from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
 from tests.support.processes import free_port
@@ -22,15 +22,17 @@ def test_upstream_sockets_are_created_with_tcp_nodelay() -> None:
 
 
 async def test_a_stream_is_read_through_the_pooled_session() -> None:
+    """The body in pieces too (a chat request's, backends/chat/backend.py): sent joined."""
     transport = AiohttpTransport()
+    upstream = FakeUpstream([text_reply("hello there")])
     try:
-        async with arun_asgi_server(FakeUpstream([text_reply("hello there")])) as url:
+        async with arun_asgi_server(upstream) as url:
             response = await transport.open(
                 HttpRequest(
                     "POST",
                     url + "/v1/chat/completions",
                     {"content-type": "application/json"},
-                    b'{"model":"m","messages":[],"stream":true}',
+                    BodyParts.of([b'{"model":"m",', b'"messages":[],', b'"stream":true}']),
                     5,
                 )
             )
@@ -39,6 +41,7 @@ async def test_a_stream_is_read_through_the_pooled_session() -> None:
     finally:
         await transport.aclose()
     assert body.endswith(b"data: [DONE]\n\n") and body.count(b"chat.completion.chunk") > 3
+    assert upstream.requests[0].body == {"model": "m", "messages": [], "stream": True}
 
 
 async def test_a_dropped_body_raises_connect_error() -> None:
