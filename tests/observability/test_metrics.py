@@ -18,7 +18,7 @@ from websockets.asyncio.client import connect
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from codexgate.observability.metrics import OTHER, BoundedLabel, Metrics
+from codexgate.observability.metrics import _OBSERVED_MAX, OTHER, BoundedLabel, Metrics
 from codexgate.server.app import GatewayApp
 from codexgate.server.exchange import Exchange
 from tests.server.test_app import UPSTREAM
@@ -277,6 +277,34 @@ def test_past_the_cap_models_count_as_other() -> None:
     }
     assert counted == {"m1": 2, "m2": 1, OTHER: 2}
     assert value(samples, "codexgate_streams_open", face="responses") == 0
+
+
+def test_what_each_request_counts_is_read_whole_and_held_bounded_between_reads() -> None:
+    """The observer tallies in plain dicts and adds to the metrics when they are read: every
+    read sees everything counted before it, a stream still open counts as open, and a gateway
+    nobody scrapes holds at most _OBSERVED_MAX durations per series."""
+    metrics = Metrics()
+    held = Exchange(None, "responses")
+    metrics.started(held)
+    for n in range(2500):
+        exchange = Exchange(None, "responses")
+        exchange.model, exchange.upstream, exchange.outcome = "m", "u", "completed"
+        exchange.usage = {"input_tokens": 10, "output_tokens": 2}
+        metrics.started(exchange)
+        metrics.finished(exchange)
+        if n == 999:
+            first = parse(_text(metrics))
+    assert all(len(values) < _OBSERVED_MAX for values in metrics._tally._observed.values())
+    samples = parse(_text(metrics))
+    labels = {"face": "responses", "backend": "u", "model": "m", "outcome": "completed"}
+    assert value(first, "codexgate_requests_total", **labels) == 1000
+    assert value(samples, "codexgate_requests_total", **labels) == 2500
+    assert value(samples, "codexgate_tokens_total", backend="u", model="m", kind="input") == 25000
+    duration = {"face": "responses", "backend": "u"}
+    assert value(samples, "codexgate_request_duration_seconds_count", **duration) == 2500
+    assert value(samples, "codexgate_streams_open", face="responses") == 1
+    metrics.finished(held)
+    assert value(parse(_text(metrics)), "codexgate_streams_open", face="responses") == 0
 
 
 def _text(metrics: Metrics) -> str:

@@ -3,7 +3,8 @@
 Two sources, so that the hot path pays little:
 - an observer (server/observe.py) that counts each exchange when it starts and when it ends:
   requests by face, backend, model and outcome; streams open; time to first token and
-  duration; tokens; tool calls. Nothing per batch of events.
+  duration; tokens; tool calls. Nothing per batch of events, and what it counts is tallied in
+  plain dicts and added to the metrics when they are read (`_Tally`).
 - a collector that reads, at scrape time only, what is tallied anyway: each backend's
   `counts` (repairs, text tool-call recoveries, grammar checks, loop-guard stops, upstream
   errors and retries...), the WebSocket connections open, the store's writes and, cached for a
@@ -52,6 +53,8 @@ _MAX_VALUES = 100  # outcomes, tool-call kinds: gateway-defined, capped all the 
 _STORE_STATS_SECONDS = 10.0  # a COUNT over the store per scrape at most this often
 _STORE_STATS_TIMEOUT = 2.0
 
+_OBSERVED_MAX = 1024  # a histogram's values held between scrapes, at most (then added at once)
+
 _C = TypeVar("_C")
 
 
@@ -83,6 +86,8 @@ class Metrics(Observer):
     def __init__(self, max_models: int = _MAX_MODELS) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
+        self._tally = _Tally()
+        registry.register(self._tally)  # first: the registry collects it before the metrics
         ProcessCollector(registry=registry)  # process_*: CPU, memory, open files, read at scrape time
         # Which process answered the scrape: under `serve --workers N` each worker counts its own.
         Gauge(
@@ -152,33 +157,34 @@ class Metrics(Observer):
 
     def started(self, exchange: Exchange) -> None:
         gauge = _child(self._faces, self.streams_open, (exchange.face or "",))
-        gauge.inc()
+        self._tally.add(gauge)
         self._open[id(exchange)] = gauge
 
     def finished(self, exchange: Exchange) -> None:
         elapsed = time.perf_counter() - exchange.started
+        tally = self._tally
         gauge = self._open.pop(id(exchange), None)
         if gauge is not None:
-            gauge.dec()
+            tally.add(gauge, -1.0)
         face, backend = exchange.face or "", exchange.upstream or ""
         model = self._model(exchange.model)
         outcome = self._outcome(exchange.outcome or "unknown")
-        _child(self._requests, self.requests, (face, backend, model, outcome)).inc()
+        tally.add(_child(self._requests, self.requests, (face, backend, model, outcome)))
         if exchange.route is not None:
-            _child(self._routes, self.routed, (self._model(exchange.route), backend)).inc()
+            tally.add(_child(self._routes, self.routed, (self._model(exchange.route), backend)))
         timing = self._timings.get((face, backend))
         if timing is None:
             timing = self._timings[face, backend] = (
                 self.first_token.labels(face, backend),
                 self.duration.labels(face, backend),
             )
-        timing[1].observe(elapsed)
+        tally.observe(timing[1], elapsed)
         if exchange.first_output is not None:
-            timing[0].observe(exchange.first_output - exchange.started)
+            tally.observe(timing[0], exchange.first_output - exchange.started)
         if exchange.usage:
             self._count_tokens(exchange.usage, backend, model, exchange.caller)
         if exchange.caller is not None:
-            _child(self._key_requests, self.key_requests, (self._key(exchange.caller), outcome)).inc()
+            tally.add(_child(self._key_requests, self.key_requests, (self._key(exchange.caller), outcome)))
         terminal = exchange.terminal
         if terminal is not None:
             self._count_tool_calls(terminal, backend)
@@ -186,6 +192,7 @@ class Metrics(Observer):
     def _count_tokens(self, usage: dict[str, Any], backend: str, model: str, caller: str | None) -> None:
         input_details = usage.get("input_tokens_details") or {}
         output_details = usage.get("output_tokens_details") or {}
+        tally = self._tally
         for kind, value in (
             ("input", usage.get("input_tokens")),
             ("output", usage.get("output_tokens")),
@@ -193,16 +200,16 @@ class Metrics(Observer):
             ("reasoning", output_details.get("reasoning_tokens")),
         ):
             if isinstance(value, int) and value > 0:
-                _child(self._tokens, self.tokens, (backend, model, kind)).inc(value)
+                tally.add(_child(self._tokens, self.tokens, (backend, model, kind)), value)
                 if caller is not None:
-                    _child(self._key_tokens, self.key_tokens, (self._key(caller), kind)).inc(value)
+                    tally.add(_child(self._key_tokens, self.key_tokens, (self._key(caller), kind)), value)
 
     def _count_tool_calls(self, terminal: dict[str, Any], backend: str) -> None:
         outcome = str(terminal.get("type", "")).removeprefix("response.")
         for item in (terminal.get("response") or {}).get("output") or ():
             kind = item.get("type") if isinstance(item, dict) else None
             if isinstance(kind, str) and kind.endswith("_call"):
-                _child(self._calls, self.tool_calls, (backend, self._kind(kind), outcome)).inc()
+                self._tally.add(_child(self._calls, self.tool_calls, (backend, self._kind(kind), outcome)))
 
     # -- GET /metrics
 
@@ -238,6 +245,42 @@ def _child(cache: dict[tuple[str, ...], _C], metric: Any, labels: tuple[str, ...
     if child is None:
         child = cache[labels] = metric.labels(*labels)
     return child
+
+
+class _Tally(Collector):
+    """What the observer counted since the metrics were last read, added to them when they are
+    read: registered before them, so the registry collects it first. A request then costs the
+    observer a few dict updates instead of prometheus_client's checked and locked increments
+    (~1 us each, nine a request; measured: the observer cost 30-40 us a request before)."""
+
+    def __init__(self) -> None:
+        self._added: dict[Any, float] = {}  # a counter's or gauge's child -> what to add
+        self._observed: dict[Any, list[float]] = {}  # a histogram's child -> its new values
+
+    def add(self, child: Any, amount: float = 1.0) -> None:
+        added = self._added
+        added[child] = added.get(child, 0.0) + amount
+
+    def observe(self, child: Any, value: float) -> None:
+        values = self._observed.get(child)
+        if values is None:
+            values = self._observed[child] = []
+        values.append(value)
+        if len(values) >= _OBSERVED_MAX:  # nobody reads the metrics: keep the memory bounded
+            del self._observed[child]
+            for held in values:
+                child.observe(held)
+
+    def collect(self) -> Iterator[Metric]:
+        added, self._added = self._added, {}
+        for child, amount in added.items():
+            if amount:
+                child.inc(amount)
+        observed, self._observed = self._observed, {}
+        for child, values in observed.items():
+            for value in values:
+                child.observe(value)
+        return iter(())
 
 
 class _StoreFigures:
