@@ -183,15 +183,12 @@ class _Connection(asyncio.Protocol):
         assert transport is not None
         if body is None:
             transport.write(head)
-        elif isinstance(body, BodyParts):  # joined with the head, or each piece handed to writev
-            if body.size <= _CONCAT_UP_TO:
-                transport.write(b"".join((head, *body.parts)))
-            else:
-                transport.writelines((head, *body.parts))
-        elif len(body) <= _CONCAT_UP_TO:
-            transport.write(head + body)
+            return
+        pieces = body.parts if isinstance(body, BodyParts) else (body,)
+        if len(body) <= _CONCAT_UP_TO:
+            transport.write(b"".join((head, *pieces)))
         else:
-            transport.writelines((head, body))
+            transport.writelines((head, *pieces))
 
     def is_usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
