@@ -1,7 +1,8 @@
 """Per core: what one Codex turn costs a relay when the upstream is fast, and in a burst.
 
     uv run python bench/per_core.py [--quick] [--base-src DIR] [--peer NAME=COMMAND]
-        [--profile [growing|distinct|short]] [--only NAMES] [--runs request,growing,distinct,short,burst]
+        [--profile [growing|distinct|short]] [--only NAMES]
+        [--runs request,paced,growing,distinct,short,burst]
 
 The shape bench/under_load.py does not show: an upstream that answers at once (a local model
 with a short answer, a cached prefix), so that the relay's cost per request and per event is
@@ -20,6 +21,9 @@ slows every relay alike. The relays meet, in this order:
    and the relay's CPU per request. Apart, in a fresh process each (bench/request_cpu.py), the
    CPU from the body given to the upstream request written, measured inside the relay (the
    Python ones: bare, head, base), on a busy core and after it idled (bench/request_cpu.py).
+   `paced`: the same, one turn every PACE seconds (a person reading the answer, a quiet
+   gateway): what a relay does between two turns of a session (a timer, a trim of its memory)
+   shows in the next one, as its page faults.
 2. `growing`: 128 closed-loop clients sending the turns of that one growing session, each
    answer 200 chunks written at once by the upstream: CPU per event and per stream, streams/s,
    the first token.
@@ -77,6 +81,7 @@ from procs import (  # noqa: E402
     get_bytes,
     get_json,
     mem_status,
+    minor_faults,
     reset_hwm,
     set_affinity,
     source_info,
@@ -89,10 +94,12 @@ MB = 1024 * 1024
 FAST = Scenario("text", 200, 4, AT_ONCE)  # 200 deltas, written at once
 BURST = Scenario("text", 30, 4, 100)  # one delta every 100 ms
 ONE = Scenario("text", 1, 4, 0)  # the `request` run's answer
-RUNS = ("request", "growing", "distinct", "short", "burst")
+RUNS = ("request", "paced", "growing", "distinct", "short", "burst")
 # Every relay takes its turn in each round (bench/README.md): the closed-loop runs and the
 # requests one at a time in ROUNDS slices, the burst BURST_ROUNDS times.
 ROUNDS = 4
+PACE = 1.5  # seconds from one turn to the next in `paced`
+PACED_TURNS = 12  # each relay's, in all
 BURST_ROUNDS = 2
 
 
@@ -143,25 +150,35 @@ class _Requests:
         self.via: list[float] = []
         self.direct: list[float] = []
         self.cpu = 0.0
+        self.faults = 0
 
     def result(self) -> dict[str, Any]:
         return {
             "added_p50": statistics.median(self.via) - statistics.median(self.direct),
             "added_p90": pct(self.via, 0.9) - pct(self.direct, 0.9),
             "cpu_per_request_us": self.cpu / len(self.via) * 1e6,
+            "faults_per_request": self.faults / len(self.via),
         }
 
 
-async def _request_run(relay: Relay, bodies: Bodies, up_base: str, turns: range, into: _Requests) -> None:
+async def _request_run(
+    relay: Relay, bodies: Bodies, up_base: str, turns: range, into: _Requests, pace: float = 0.0
+) -> None:
     """The growing session's `turns` one at a time, each followed by the same upstream request
-    sent directly; the relay's CPU is taken over its requests only."""
+    sent directly, and `pace` seconds from one turn's start to the next; the relay's CPU is
+    taken over its requests only."""
     assert relay.proc is not None
     port = int(relay.url.split(":")[2].split("/")[0])
     up_port = int(up_base.rsplit(":", 1)[1])
+    started = 0.0
     for n in turns:
-        c0 = cpu_seconds(relay.proc.pid)
+        if pace and started:
+            await asyncio.sleep(max(0.0, started + pace - time.monotonic()))
+        started = time.monotonic()
+        c0, f0 = cpu_seconds(relay.proc.pid), minor_faults(relay.proc.pid)
         took = await asyncio.to_thread(_post_timed, port, "/v1/responses", bodies.turn(n, ONE), up_base)
         used = cpu_seconds(relay.proc.pid) - c0
+        into.faults += minor_faults(relay.proc.pid) - f0
         chat = await asyncio.to_thread(get_bytes, up_base + "/bench/last-body")
         straight = await asyncio.to_thread(_post_timed, up_port, "/v1/chat/completions", chat, up_base)
         into.via.append(took)
@@ -378,18 +395,22 @@ async def _runs(
     session: Any, relays: list[Relay], bodies: Bodies, upstream: Proc, up_base: str, args: argparse.Namespace
 ) -> None:
     turns = _Turns(relays)
-    if "request" in args.runs:
+    for run, count, pace in (("request", args.requests, 0.0), ("paced", PACED_TURNS, PACE)):
+        if run not in args.runs:
+            continue
         records = {relay.name: _Requests() for relay in relays}
-        per_round = args.requests // ROUNDS
+        per_round = count // ROUNDS
         for r in range(ROUNDS):
             asked = range(8 + r * per_round, 8 + (r + 1) * per_round)  # the first 8 warmed up
 
-            async def requests(relay: Relay, asked: range = asked) -> None:
-                await _request_run(relay, bodies, up_base, asked, records[relay.name])
+            async def requests(
+                relay: Relay, asked: range = asked, into: dict[str, _Requests] = records, pace: float = pace
+            ) -> None:
+                await _request_run(relay, bodies, up_base, asked, into[relay.name], pace)
 
-            await turns.round(r, ROUNDS, "request", requests)
+            await turns.round(r, ROUNDS, run, requests)
         for relay in turns.live:
-            relay.out["request"] = records[relay.name].result()
+            relay.out[run] = records[relay.name].result()
     for run in ("growing", "distinct", "short"):
         if run in args.runs:
             await _closed_loop_rounds(run, session, turns, bodies, upstream, args.seconds / ROUNDS)
@@ -496,6 +517,10 @@ def report(targets: list[Relay], args: argparse.Namespace) -> list[str]:
     row("  added to the upstream p50 (ms)", lambda o: o["request"]["added_p50"], 2)
     row("  added to the upstream p90 (ms)", lambda o: o["request"]["added_p90"], 2)
     row("  CPU per request, 1-delta answer (us)", lambda o: o["request"]["cpu_per_request_us"], 0)
+    row("  page faults per request", lambda o: o["request"]["faults_per_request"], 1)
+    lines.append(f"paced: the same, one turn every {PACE:g} s ({PACED_TURNS} turns):")
+    row("  added to the upstream p50 (ms)", lambda o: o["paced"]["added_p50"], 2)
+    row("  page faults per request", lambda o: o["paced"]["faults_per_request"], 1)
     for kind in ("growing", "distinct", "1MB"):
         for regime in ("busy", "idle"):
             for mark, what in (("written", "to written"), ("opened", "to transport")):

@@ -193,6 +193,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def minor_faults(pid: int) -> int:
+    """The page faults the process (all its threads) took that read no disk: each a page the
+    kernel handed it (a fresh one, or one the allocator had given back)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[7])  # field 10, minflt
+
+
 def mem_status(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (and friends) in bytes."""
     out: dict[str, int] = {}

@@ -16,12 +16,14 @@ async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
     trims: list[int] = []
     monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
     monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.01)
-    load = {"open": 0, "served": 0}
-    task = asyncio.create_task(memory.give_back_memory(lambda: load["open"], lambda: load["served"]))
+    load = {"open": 0, "served": 0, "resident": 100 * 2**20}
+    task = asyncio.create_task(
+        memory.give_back_memory(lambda: load["open"], lambda: load["served"], lambda: load["resident"])
+    )
     try:
         await asyncio.sleep(0.05)
         assert trims == []  # nothing served: nothing to give back
-        load.update(open=100, served=100)
+        load.update(open=100, served=100, resident=130 * 2**20)  # the burst's pages
         await asyncio.sleep(0.05)
         assert trims == []  # a steady load: no trim before TRIM_AT_LEAST_EVERY
         load.update(open=10, served=120)  # the burst ended
@@ -31,6 +33,52 @@ async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
         assert trims == [0]  # nothing new served since
     finally:
         task.cancel()
+
+
+async def test_no_trim_follows_turns_that_left_little_to_give_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quiet gateway: each turn opens one stream, then none (the burst rule holds every
+    time), and reuses the pages the last one freed: trimming them would cost it the faults."""
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.01)
+    load = {"open": 0, "served": 0}
+    size = {"now": 100 * 2**20}
+
+    def resident() -> int:
+        return size["now"]
+
+    def trim(pad: int) -> int:  # what a trim does: the free pages leave
+        trims.append(pad)
+        size["now"] -= 4 * 2**20
+        return 1
+
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trim)
+    task = asyncio.create_task(
+        memory.give_back_memory(lambda: load["open"], lambda: load["served"], resident)
+    )
+    try:
+        for turn in range(1, 6):  # each turn a little more resident, not GROWTH_TO_TRIM
+            load.update(open=1, served=turn)
+            size["now"] += 2**20
+            await asyncio.sleep(0.03)
+            load.update(open=0)
+            await asyncio.sleep(0.03)
+        assert trims == []
+        size["now"] += memory.GROWTH_TO_TRIM  # now a burst's worth
+        load.update(served=6)
+        await asyncio.sleep(0.05)
+        assert trims == [0]
+        # Measured from what it held after that trim: growing a little again is no reason.
+        size["now"] += 2**20
+        load.update(served=7)
+        await asyncio.sleep(0.05)
+        assert trims == [0]
+    finally:
+        task.cancel()
+
+
+def test_resident_memory_is_read_on_linux() -> None:
+    size = memory.resident_bytes()
+    assert size is not None and 10 * 2**20 < size < 4 * 2**30
 
 
 def test_the_real_malloc_trim_is_found_on_glibc() -> None:
