@@ -13,9 +13,9 @@ And only when the process grew by `GROWTH_TO_TRIM` since the last trim (or since
 held after it). A trim hands back the free pages the next requests would have reused, and
 each page then costs them a fault to get back. Without that bound the burst rule fired after
 every turn of a quiet gateway (one stream open, then none), where there was little to give
-back: ~1 ms for the trim, and the next turn took ~60 more page faults and more CPU before its
-upstream request was written (in process, trimmed before every other turn: 28 us more for a
-growing session's turn, 113 us for a 50 KB history seen for the first time).
+back: ~0.1 ms for the trim, then ~60 more page faults and 180-240 us more CPU for the next
+turn, 28-110 us of it before its upstream request was written (in process, trimmed before
+every other turn).
 """
 
 from __future__ import annotations
