@@ -9,10 +9,10 @@ with a short answer, a cached prefix), so that the relay's cost per request and 
 all there is, and many sessions opening at once (a team starting work, CI fanning out). Each
 relay runs alone on one core in its own long-lived process (the fake upstream and this load
 generator share the other core), codexgate with its defaults (the SQLite store, metrics, the
-live view). Every relay's process is up from the start, and the relays take turns: each run
-is measured in rounds (ROUNDS; the burst BURST_ROUNDS), every relay taking its turn in each
-round, each round starting with the next relay, so that a machine that slows for a while
-slows every relay alike. The relays meet, in this order:
+live view, an access line per request). Every relay's process is up from the start, and the
+relays take turns: each run is measured in rounds (ROUNDS; the burst BURST_ROUNDS), every
+relay taking its turn in each round, each round starting with the next relay, so that a
+machine that slows for a while slows every relay alike. The relays meet, in this order:
 
 1. `request`, one request at a time: the turns of one growing Codex session (16 bodies of
    47-86 KB, the whole history again each turn) with a one-delta answer. The time from the
@@ -442,11 +442,15 @@ async def _closed_loop_rounds(
 
 
 def _with_defaults(targets: list[Relay], home: str) -> None:
-    """codexgate as it ships: the default store (SQLite, in a folder of its own per relay)."""
+    """codexgate as it ships: the default store (SQLite, in a folder of its own per relay) and
+    the default log level (an access line per request, into the relay's log file)."""
     for relay in targets:
         if relay.name in ("head", "base"):
             relay.env = {k: v for k, v in relay.env.items() if k != "CODEXGATE_STORE"}
             relay.env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix=f"{relay.name}-", dir=home)
+            at = relay.argv.index("--log-level") if "--log-level" in relay.argv else -1
+            if at >= 0:
+                del relay.argv[at : at + 2]
 
 
 async def measure(args: argparse.Namespace, home: str) -> tuple[list[Relay], str]:

@@ -6,6 +6,7 @@ response bodies and headers) must hold none of the secrets."""
 from __future__ import annotations
 
 import logging
+import random
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from codexgate.redact import MASK, Redactor, basic_credentials, redact_patterns, redact_url
+from codexgate.redact import MASK, Redactor, _masked, basic_credentials, redact_patterns, redact_url
 from codexgate.server.serve import log_startup
 from codexgate.translate.upstream_errors import classify
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
@@ -195,6 +196,22 @@ def test_credential_shapes_are_masked_without_knowing_the_values() -> None:
     assert redact_patterns("key sk-proj-0123456789abcdefXYZ") == f"key {MASK}"
     assert redact_patterns("basic functionality is missing") == "basic functionality is missing"
     assert redact_url("http://h:1/v1") == "http://h:1/v1"
+
+
+def test_skipping_texts_without_a_cue_masks_the_same_as_running_every_pattern() -> None:
+    """redact_patterns leaves an ASCII text with none of the patterns' cues as it is, without
+    running them: over texts made of credential-shaped pieces in every case, and of near
+    misses, it must give what the patterns give."""
+    pieces = [
+        "GET", "https://u:pw@host/v1", "user@example.com", "Authorization:", "BEARER", "Bearer",
+        "bAsIc", "abc123def456", "X-API-KEY=", "Api_Key:", "apikey", "zzzz9999", "sk-0123456789abcdefXYZ",
+        "SK-0123456789abcdefXYZ", "model=qwen3-coder", "status=200", '"', "'", "=", ":", "\n", "é", "K",
+        "ſ", "\u212a",
+    ]  # fmt: skip
+    rng = random.Random(26)
+    for _ in range(3000):
+        text = rng.choice(["", " "]).join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        assert redact_patterns(text) == _masked(text), text
 
 
 def test_classify_masks_echoed_credentials_and_names_the_upstream_on_401() -> None:

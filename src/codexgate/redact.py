@@ -44,8 +44,24 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# What each pattern needs in a text folded to lower case: `@`, `bearer` or `basic`, `api`,
+# `sk-`. An ASCII text with none of them is left as it is, without running the patterns: every
+# access line's message and fields pass here, and the case-blind patterns cost ~27 us over
+# a 200-character line, the cues ~0.7. (A text that is not ASCII always runs them: the
+# patterns ignore case the Unicode way, where other letters fold to these.)
+_CUES = ("@", "bearer", "basic", "api", "sk-")
+
+
 def redact_patterns(text: str) -> str:
     """`text` with anything shaped like a credential masked."""
+    if text.isascii():
+        folded = text.lower()
+        if not any(cue in folded for cue in _CUES):
+            return text
+    return _masked(text)
+
+
+def _masked(text: str) -> str:
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
