@@ -119,8 +119,14 @@ class Exchange:
     def log(self) -> None:
         if log.isEnabledFor(logging.INFO):
             fields = self.fields()
-            # The fields ride on the record too: a JSON formatter makes them keys.
-            log.info(self.line(fields), extra={"fields": fields})
+            # The fields ride on the record too: a JSON formatter makes them keys. The record
+            # is made here, not by log.info(), whose walk up the stack to find its caller (the
+            # line is always this one) took ~9 of the line's ~39 us.
+            record = log.makeRecord(
+                log.name, logging.INFO, __file__, 0, self.line(fields), (), None, "log",
+                extra={"fields": fields},
+            )  # fmt: skip
+            log.handle(record)
 
 
 def _value(value: Any) -> str:
