@@ -121,7 +121,7 @@ class Exchange:
             fields = self.fields()
             # The fields ride on the record too: a JSON formatter makes them keys. The record
             # is made here, not by log.info(), whose walk up the stack to find its caller (the
-            # line is always this one) took ~9 of the line's ~39 us.
+            # line is always this one) took ~2 of the line's ~27 us.
             record = log.makeRecord(
                 log.name, logging.INFO, __file__, 0, self.line(fields), (), None, "log",
                 extra={"fields": fields},
