@@ -17,7 +17,15 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.support.fake_upstream import FakeUpstream, error_reply, openai_error, stall_reply, text_reply
+from tests.support.fake_upstream import (
+    DONE_EVENT,
+    FakeUpstream,
+    error_reply,
+    openai_error,
+    raw_reply,
+    stall_reply,
+    text_reply,
+)
 from tests.support.gateways import gateway_over
 
 JSON = dict[str, Any]
@@ -30,7 +38,19 @@ def echo(body: JSON) -> Any:
         return stall_reply("slow answer", 0.5)
     if said and said[-1] == "fail":
         return error_reply(400, openai_error("the model refuses"))
+    if said and said[-1] == "linger":
+        return lingering_reply("lingered")
     return text_reply("heard: " + " / ".join(said))
+
+
+def lingering_reply(text: str) -> Any:
+    """The answer, then its usage chunk (the end of the turn), then [DONE] 0.4 s later: the
+    gateway has sent the terminal event and still reads the upstream's tail."""
+    base = {"id": "chatcmpl-linger", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    answer = {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
+    usage = {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+    chunks = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in (answer, usage)]
+    return raw_reply([*chunks, DONE_EVENT], delay_between_chunks=0.4)
 
 
 @asynccontextmanager
@@ -90,6 +110,28 @@ async def test_a_continuation_sends_only_the_new_items(tmp_path: Path) -> None:
         ("assistant", "heard: one / two"),
         ("user", "three"),
     ]
+
+
+async def test_the_next_request_may_follow_the_terminal_event_at_once(tmp_path: Path) -> None:
+    """Codex sends its next response.create as soon as it reads the terminal event, while the
+    gateway may still be reading the upstream's tail (0.4 s here): that frame waits for it,
+    never refused. A third frame, sent once that tail is read, is refused: the second is in
+    flight (its answer stalls 0.5 s)."""
+    async with gateway(tmp_path) as (url, fake), connect(url) as ws:
+        first = await turn(ws, input=[user("linger")], store=False)
+        follow = {"type": "response.create", "model": "m", "store": False}
+        second = {**follow, "input": [user("slow")], "previous_response_id": response_id(first)}
+        await ws.send(orjson.dumps(second).decode())
+        await asyncio.sleep(0.45)
+        await ws.send(orjson.dumps({**follow, "input": [user("three")]}).decode())
+        frames = [orjson.loads(await asyncio.wait_for(ws.recv(), 10))]
+        while frames[-1]["type"] != "response.completed":
+            frames.append(orjson.loads(await asyncio.wait_for(ws.recv(), 10)))
+    assert answer(first) == "lingered"
+    assert answer(frames) == "slow answer"
+    assert [m["content"] for m in fake.requests[-1].body["messages"]] == ["linger", "lingered", "slow"]
+    assert [f["error"]["code"] for f in frames if f["type"] == "error"] == ["response_in_progress"]
+    assert len(fake.requests) == 2
 
 
 async def test_a_prewarm_generates_nothing_and_is_continued(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ so that a client sends `previous_response_id` and only the new items, with `stor
 
 One response is in flight per connection at a time; frames are read while it streams, so a
 client that leaves cancels the upstream request, and a second `response.create` before the
-first ended is answered with an error frame instead of being queued behind it.
+first's terminal event is answered with an error frame instead of being queued behind it. One
+sent after the terminal event waits for what follows it (the upstream's tail, the key's usage).
 
 Limits: connections at once, a connection's lifetime, and how much a connection remembers
 (past it, the next continuation is "not found" and the client sends the whole history, as
@@ -129,7 +130,8 @@ class _Connection:
         self.remembered_bytes = 0
         self.opened = time.monotonic()
         self.frames: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self.busy = False
+        self.busy = False  # a response is in flight and its terminal frame not yet sent
+        self.answered = False  # the response in flight sent its terminal frame
         self.responding: asyncio.Task[None] | None = None  # the response in flight
         self.left = False  # the client closed the connection
         self.conversation = conversation_of(scope.get(API_KEY_NAME), f"ws:{os.urandom(8).hex()}")
@@ -214,6 +216,7 @@ class _Connection:
         raw = text.encode() if isinstance(text, str) else (message.pop("bytes", None) or b"")
         del text
         frame_bytes = len(raw)
+        self.answered = False
         exchange = Exchange(None, "responses-ws")
         previous: str | None = None
         ticket: Ticket | None = None
@@ -246,11 +249,14 @@ class _Connection:
             exchange.error_message = exc.message
             if previous is not None:  # a failed continuation evicts what it continued
                 self.recent.forget(previous)
+            self._answered()
             await self._send_error(exc, ticket.headers if ticket is not None else None)
         finally:
-            if ticket is not None:  # before the next frame may be admitted
+            if not self.answered:  # no terminal frame went out (the client left, the server stops)
+                self.busy = False
+            # Before the next frame is taken from the queue, so before it may be admitted.
+            if ticket is not None:
                 await self.sockets.admission.settle(ticket, exchange)
-            self.busy = False
             exchange.log()
             self.sockets._finished(exchange)
 
@@ -271,6 +277,8 @@ class _Connection:
                     frame = orjson.dumps(event).decode()
                     if event["type"] == "response.output_item.done":
                         output_bytes += len(frame)
+                    elif event is last and last["type"] in TERMINAL:
+                        self._answered()
                     await self.send({"type": "websocket.send", "text": frame})
                 batches += 1
                 if batches == 2:
@@ -283,6 +291,13 @@ class _Connection:
                 pass
         finally:
             await events.aclose()
+
+    def _answered(self) -> None:
+        """The response's last frame is about to go out: the client may send its next
+        `response.create` as soon as it reads it (Codex does), so from now on that frame is
+        queued, not refused, and taken once this response's tail is done."""
+        self.busy = False
+        self.answered = True
 
     def _account(self, added: int) -> None:
         """Keep the connection's memory within its limit: past it, forget the last response
@@ -307,6 +322,7 @@ class _Connection:
         self.recent.last = Remembered(envelope.response_id, prepared.req.input, [])
         self._account(frame_bytes)
         await self.send(_text({"type": "response.created", "sequence_number": 0, "response": created}))
+        self._answered()
         await self.send(_text({"type": "response.completed", "sequence_number": 1, "response": done}))
 
     async def _send_error(self, error: GatewayError, headers: Headers | None = None) -> None:
