@@ -23,7 +23,15 @@ from codexgate.store.base import StoreError
 from codexgate.store.meter import Admit, MemoryMeter, Verdict
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
-from tests.support.fake_upstream import ChatReply, FakeUpstream, Usage, stall_reply, text_reply
+from tests.support.fake_upstream import (
+    ChatReply,
+    FakeUpstream,
+    Usage,
+    lingering_reply,
+    stall_reply,
+    text_reply,
+)
+from tests.support.servers import arun_asgi_server
 
 NOW = 1_772_323_210.0  # 2026-03-01 00:00:10 UTC: 10 s into a 60 s window
 ALICE, BOB, ROOT = "alice-secret-key-0001", "bob-secret-key-0002", "root-secret-key-0003"
@@ -171,6 +179,31 @@ async def test_a_key_at_max_concurrent_gets_429_while_another_key_is_served(tmp_
     assert (over.status_code, other.status_code, after.status_code) == (429, 200, 200)
     assert error_of(over)["code"] == "rate_limit_exceeded" and over.headers["retry-after"] == "1"
     assert "1 responses in flight" in error_of(over)["message"]
+
+
+async def test_a_key_at_max_concurrent_may_send_its_next_request_once_the_answer_ended(
+    tmp_path: Path,
+) -> None:
+    """A client that sends its next request as soon as an answer ends (Codex) is not counted
+    twice while the gateway still reads that answer's upstream tail (its [DONE], 0.5 s late).
+    Through real servers: the answer ends on the wire before the gateway's handler returns."""
+    fake = FakeUpstream([lingering_reply("first", 0.5), text_reply("second")])
+    config = tmp_path / "gw.toml"
+    async with arun_asgi_server(fake) as upstream_url:
+        config.write_text(keys("max_concurrent = 1").replace("http://upstream.test/v1", upstream_url + "/v1"))
+        settings = load_settings(
+            {"discover": False, "store_path": str(tmp_path / "s.db")}, config, environ=ENV
+        )
+        app = build_app(settings, environ=ENV, config_file=config)
+        async with (
+            arun_asgi_server(app, lifespan="on") as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            first = await http.post("/v1/responses", json=ask(stream=True), headers=as_(ALICE))
+            second = await http.post("/v1/responses", json=ask(), headers=as_(ALICE))
+    assert b"response.completed" in first.content
+    assert second.status_code == 200, second.text
+    assert len(fake.requests) == 2
 
 
 async def test_usage_rows_hold_what_the_upstream_reported(tmp_path: Path) -> None:

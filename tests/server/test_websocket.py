@@ -18,11 +18,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.fake_upstream import (
-    DONE_EVENT,
     FakeUpstream,
     error_reply,
+    lingering_reply,
     openai_error,
-    raw_reply,
     stall_reply,
     text_reply,
 )
@@ -39,18 +38,8 @@ def echo(body: JSON) -> Any:
     if said and said[-1] == "fail":
         return error_reply(400, openai_error("the model refuses"))
     if said and said[-1] == "linger":
-        return lingering_reply("lingered")
+        return lingering_reply("lingered", 0.4)
     return text_reply("heard: " + " / ".join(said))
-
-
-def lingering_reply(text: str) -> Any:
-    """The answer, then its usage chunk (the end of the turn), then [DONE] 0.4 s later: the
-    gateway has sent the terminal event and still reads the upstream's tail."""
-    base = {"id": "chatcmpl-linger", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-    answer = {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
-    usage = {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
-    chunks = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in (answer, usage)]
-    return raw_reply([*chunks, DONE_EVENT], delay_between_chunks=0.4)
 
 
 @asynccontextmanager
@@ -249,6 +238,25 @@ async def test_upgrades_are_checked_like_requests(tmp_path: Path) -> None:
         assert foreign.value.response.status_code == 403
         async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
             assert answer(await turn(ws, input="hi")) == "heard: hi"
+
+
+async def test_a_keys_slot_is_free_once_its_answer_ended(tmp_path: Path) -> None:
+    """A key at max_concurrent = 1 may start its next response on another connection as soon
+    as it reads the terminal event, while the gateway still reads the first answer's upstream
+    tail ([DONE] 0.4 s late)."""
+    config = tmp_path / "keys.toml"
+    config.write_text('[[api_keys]]\nname = "team"\nkey_env = "TEAM_KEY"\nmax_concurrent = 1\n')
+    environ = {"CODEXGATE_CONFIG": str(config), "TEAM_KEY": KEY}
+    authorized = {"Authorization": f"Bearer {KEY}"}
+    async with gateway(tmp_path, environ=environ) as (url, _):
+        async with (
+            connect(url, additional_headers=authorized) as first,
+            connect(url, additional_headers=authorized) as second,
+        ):
+            lingered = await turn(first, input=[user("linger")])
+            following = await turn(second, input=[user("next")])
+    assert answer(lingered) == "lingered"
+    assert answer(following) == "heard: next"
 
 
 async def test_a_client_that_leaves_mid_answer_cancels_the_upstream_request(tmp_path: Path) -> None:

@@ -235,6 +235,17 @@ def stall_reply(
     )
 
 
+def lingering_reply(text: str, linger: float) -> RawReply:
+    """The answer, then its usage chunk (where the turn ends), then `[DONE]` `linger` seconds
+    later (as a server that is slow to close its stream): the gateway has sent its terminal
+    event and still reads the upstream's tail."""
+    base = {"id": "chatcmpl-linger", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    answer = {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
+    usage = {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+    chunks = [_sse(answer), _sse(usage), DONE_EVENT]
+    return RawReply(chunks=chunks, delay_between_chunks=linger)
+
+
 def raw_reply(
     chunks: Sequence[bytes],
     status: int = 200,

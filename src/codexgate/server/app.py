@@ -12,6 +12,7 @@ through backends/base.py only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -289,6 +290,8 @@ class GatewayApp:
             ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
             exchange.model, exchange.req = ask.req.model, ask.req
             ticket = await self.admission.admit(exchange.caller, ask.req.model)  # its limits
+            # Its slot freed and its tokens counted as the answer ends (Exchange.settle).
+            exchange.at_end = functools.partial(self.admission.settle, ticket, exchange)
             if ticket.headers:
                 scope[ANSWER_HEADERS] = ticket.headers
                 ask.encoder, send = with_headers(ask.encoder, send, ticket.headers)
@@ -310,8 +313,7 @@ class GatewayApp:
             exchange.outcome = exchange.outcome or "client_gone"
             raise
         finally:
-            if ticket is not None:
-                await self.admission.settle(ticket, exchange)  # its slot freed, its tokens counted
+            await exchange.settle()  # when the answer did not end with a terminal event
             exchange.log()
             self.observers.finished(exchange)
 

@@ -102,6 +102,9 @@ async def deliver_stream(
             redact_failure(last, redactor)
         if watch is not None:
             watch(batch)
+        if last["type"] in TERMINAL:
+            delivery.ended_with(last)
+            await delivery.settle()
         data = encoder.batch(batch)
         if data:  # a face may have nothing to say for some events (chat: in_progress)
             await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -110,7 +113,6 @@ async def deliver_stream(
             delivery.saw_output()
         if last["type"] in TERMINAL:
             terminal = last
-            delivery.ended_with(last)
             break
         # Nothing of a sent batch waits with the stream for the next one: the first batch (the
         # response twice, with the request's echo) would otherwise be held through the model's
@@ -150,6 +152,7 @@ async def deliver_body(
         raise GatewayError("The stream ended without a terminal event.")
     delivery.complete = True
     delivery.ended_with(final)
+    await delivery.settle()
     status, body = encoder.whole(final)
     delivery.status = status
     await send_json(send, status, body)

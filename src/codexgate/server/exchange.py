@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("codexgate.access")
@@ -33,7 +33,7 @@ class Exchange:
     __slots__ = (
         "complete", "started", "request_id", "face", "model", "upstream", "status", "outcome",
         "first_output", "usage", "response_id", "req", "terminal", "watch", "wall_start", "caller",
-        "prepared", "error_message", "route",
+        "prepared", "error_message", "route", "at_end",
     )  # fmt: skip
 
     def __init__(self, request_id: str | None = None, face: str | None = None) -> None:
@@ -64,11 +64,22 @@ class Exchange:
         self.error_message: str | None = None
         # The route that answered: the model's, or one of its fallbacks' (routing/pool.py).
         self.route: str | None = None
+        # What must be done before the client reads the answer's end (`settle`).
+        self.at_end: Callable[[], Awaitable[None]] | None = None
 
     def answered_by(self, where: tuple[str, str] | None) -> None:
         """A route's pool took the request: the route and the upstream that answer it."""
         if where is not None:
             self.route, self.upstream = where
+
+    async def settle(self) -> None:
+        """Run `at_end`, once: the key's slot freed and its usage counted (server/admission.py).
+        Called just before the terminal event (or error) goes out, since a client such as
+        Codex sends its next request as soon as it reads it; the gateway may still be reading
+        the upstream's tail then, and the request must not count against the key twice."""
+        at_end, self.at_end = self.at_end, None
+        if at_end is not None:
+            await at_end()
 
     def saw_output(self) -> None:
         if self.first_output is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -235,6 +236,7 @@ class _Connection:
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
             ticket = await self.sockets.admission.admit(self.scope.get(API_KEY_NAME), req.model)
+            exchange.at_end = functools.partial(self.sockets.admission.settle, ticket, exchange)
             if ticket.refusal is not None:
                 raise ticket.refusal
             # A stopping server refuses it, or ends it.
@@ -249,14 +251,12 @@ class _Connection:
             exchange.error_message = exc.message
             if previous is not None:  # a failed continuation evicts what it continued
                 self.recent.forget(previous)
-            self._answered()
+            await self._answered(exchange)
             await self._send_error(exc, ticket.headers if ticket is not None else None)
         finally:
             if not self.answered:  # no terminal frame went out (the client left, the server stops)
                 self.busy = False
-            # Before the next frame is taken from the queue, so before it may be admitted.
-            if ticket is not None:
-                await self.sockets.admission.settle(ticket, exchange)
+            await exchange.settle()
             exchange.log()
             self.sockets._finished(exchange)
 
@@ -278,13 +278,13 @@ class _Connection:
                     if event["type"] == "response.output_item.done":
                         output_bytes += len(frame)
                     elif event is last and last["type"] in TERMINAL:
-                        self._answered()
+                        exchange.ended_with(last)
+                        await self._answered(exchange)
                     await self.send({"type": "websocket.send", "text": frame})
                 batches += 1
                 if batches == 2:
                     exchange.saw_output()
                 if last["type"] in TERMINAL:
-                    exchange.ended_with(last)
                     self._account(frame_bytes + output_bytes)
                     break
             async for _ in events:  # the backend drains the upstream after the terminal event
@@ -292,10 +292,13 @@ class _Connection:
         finally:
             await events.aclose()
 
-    def _answered(self) -> None:
+    async def _answered(self, exchange: Exchange | None) -> None:
         """The response's last frame is about to go out: the client may send its next
         `response.create` as soon as it reads it (Codex does), so from now on that frame is
-        queued, not refused, and taken once this response's tail is done."""
+        queued, not refused, and taken once this response's tail is done; and the key's slot
+        is freed now, not after that tail (Exchange.settle)."""
+        if exchange is not None:
+            await exchange.settle()
         self.busy = False
         self.answered = True
 
@@ -322,7 +325,7 @@ class _Connection:
         self.recent.last = Remembered(envelope.response_id, prepared.req.input, [])
         self._account(frame_bytes)
         await self.send(_text({"type": "response.created", "sequence_number": 0, "response": created}))
-        self._answered()
+        await self._answered(None)
         await self.send(_text({"type": "response.completed", "sequence_number": 1, "response": done}))
 
     async def _send_error(self, error: GatewayError, headers: Headers | None = None) -> None:
