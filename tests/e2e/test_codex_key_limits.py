@@ -2,7 +2,8 @@
 429 `rate_limit_exceeded` with Retry-After, waits, retries, and completes its turn: over HTTP past
 requests_per_minute (it waits out the rest of the window), and over a WebSocket past
 max_concurrent (an error frame with the same headers; its only slot is held by another request
-of the same key, a slow answer that streams until Codex was refused)."""
+of the same key, a slow answer that streams until Codex was refused). And never refused for its
+own last request, whose upstream is still to send its [DONE] when Codex sends the next."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ import httpx
 import pytest
 
 from tests.e2e.codex_cli import run_codex_in
-from tests.support.fake_upstream import ChatReply, FakeUpstream, Reply, text_reply
+from tests.support.fake_upstream import (
+    ChatReply,
+    FakeUpstream,
+    Reply,
+    lingering,
+    text_reply,
+    tool_calls_reply,
+)
 from tests.support.key_limits import fresh_window
 from tests.support.processes import ServedGateway, serve_process, wait_until
 from tests.support.servers import run_asgi_server
@@ -46,10 +54,12 @@ def answer(body: dict[str, Any]) -> Reply:
 
 
 @contextmanager
-def gateway_with_a_limited_key(tmp_path: Path) -> Iterator[ServedGateway]:
+def gateway_with_a_limited_key(
+    tmp_path: Path, script: Callable[[dict[str, Any]], Reply] = answer
+) -> Iterator[ServedGateway]:
     config = tmp_path / "gateway.toml"
     config.write_text(CONFIG)
-    with run_asgi_server(FakeUpstream(answer)) as upstream:
+    with run_asgi_server(FakeUpstream(script)) as upstream:
         env = {"CODEX_LIMITED_KEY": KEY, "CODEXGATE_STORE_PATH": str(tmp_path / "store.db")}
         with serve_process(
             "--no-discover", "--upstream", upstream + "/v1", "--config", str(config), env=env
@@ -97,6 +107,41 @@ def test_codex_over_a_websocket_with_a_key_at_max_concurrent_retries_and_complet
     assert any(face in line and "status=200 outcome=completed" in line for line in access[refused[-1] :]), (
         access
     )
+
+
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_at_max_concurrent_is_never_refused_for_its_own_last_request(
+    tmp_path: Path, websockets: bool
+) -> None:
+    """Codex sends its next request once it has run the tool its last response asked for, which
+    takes far less than the 1.5 s the upstream still waits before that response's [DONE]: the
+    key's one slot is free by then (freed as the terminal event went out), and over a WebSocket
+    the request waits for that tail on its connection, so nothing is refused."""
+
+    def script(body: dict[str, Any]) -> Reply:
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            call = ("exec_command", json.dumps({"cmd": "echo lingered"}))
+            return lingering(tool_calls_reply([call]), 1.5)
+        return text_reply("The command printed lingered.")
+
+    with gateway_with_a_limited_key(tmp_path, script) as gw:
+        run = run_codex_in(
+            tmp_path, "Run echo lingered.", base_url=gw.base, model=MODEL, env_key="CODEX_LIMITED_KEY",
+            env={"CODEX_LIMITED_KEY": KEY}, websockets=websockets, timeout=90,
+        )  # fmt: skip
+
+        def access_lines() -> list[str]:
+            return [line for line in gw.output if "codexgate.access" in line and "prewarmed" not in line]
+
+        # The first request's line is written once its upstream's [DONE] came, after Codex ended.
+        wait_until(lambda: len(access_lines()) >= 2, 10)
+        access = access_lines()
+    assert run.ok and run.final_message == "The command printed lingered.", run.describe()
+    assert len(access) == 2 and all("status=200 outcome=completed" in line for line in access), access
+    # Over a WebSocket, a next request refused as sent too early (409 response_in_progress) has
+    # no access line: Codex drops the connection (the first answer's tail is cancelled) and
+    # sends it again on a new one, and says nothing of it.
+    assert not any("client disconnected" in line for line in gw.output), gw.output
 
 
 def test_codex_past_requests_per_minute_waits_for_the_next_window(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from tests.support.fake_upstream import (
     ChatReply,
     FakeUpstream,
     Usage,
-    lingering_reply,
+    lingering,
     stall_reply,
     text_reply,
 )
@@ -187,7 +187,7 @@ async def test_a_key_at_max_concurrent_may_send_its_next_request_once_the_answer
     """A client that sends its next request as soon as an answer ends (Codex) is not counted
     twice while the gateway still reads that answer's upstream tail (its [DONE], 0.5 s late).
     Through real servers: the answer ends on the wire before the gateway's handler returns."""
-    fake = FakeUpstream([lingering_reply("first", 0.5), text_reply("second")])
+    fake = FakeUpstream([lingering(text_reply("first"), 0.5), text_reply("second")])
     config = tmp_path / "gw.toml"
     async with arun_asgi_server(fake) as upstream_url:
         config.write_text(keys("max_concurrent = 1").replace("http://upstream.test/v1", upstream_url + "/v1"))

@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.support.fake_upstream import (
     FakeUpstream,
     error_reply,
-    lingering_reply,
+    lingering,
     openai_error,
     stall_reply,
     text_reply,
@@ -38,7 +38,7 @@ def echo(body: JSON) -> Any:
     if said and said[-1] == "fail":
         return error_reply(400, openai_error("the model refuses"))
     if said and said[-1] == "linger":
-        return lingering_reply("lingered", 0.4)
+        return lingering(text_reply("lingered"), 0.4)
     return text_reply("heard: " + " / ".join(said))
 
 

@@ -29,7 +29,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -87,8 +87,9 @@ class ChatReply:
 
     `usage=True` derives token counts from the request and the reply (about 4 characters per
     token); `False` sends none, even when the request asked (as some providers do).
-    `stall_after_chunks` / `stall_seconds`: after that many SSE events, go silent for that long,
-    then finish. `cut`: after the content, close without finish_reason, usage or [DONE].
+    `stall_after_chunks` / `stall_seconds`: after that many SSE events (negative: all but that
+    many, -1 going silent before [DONE]), go silent for that long, then finish. `cut`: after
+    the content, close without finish_reason, usage or [DONE].
     Non-streamed, a stall delays the whole answer and a cut truncates the JSON body.
     """
 
@@ -235,15 +236,11 @@ def stall_reply(
     )
 
 
-def lingering_reply(text: str, linger: float) -> RawReply:
-    """The answer, then its usage chunk (where the turn ends), then `[DONE]` `linger` seconds
-    later (as a server that is slow to close its stream): the gateway has sent its terminal
-    event and still reads the upstream's tail."""
-    base = {"id": "chatcmpl-linger", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-    answer = {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}
-    usage = {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
-    chunks = [_sse(answer), _sse(usage), DONE_EVENT]
-    return RawReply(chunks=chunks, delay_between_chunks=linger)
+def lingering(reply: ChatReply, linger: float) -> ChatReply:
+    """`reply` with its `[DONE]` sent `linger` seconds after the rest (its usage chunk, where
+    the turn ends, included), as a server slow to close its stream: the gateway has sent its
+    terminal event and still reads the upstream's tail."""
+    return replace(reply, stall_after_chunks=-1, stall_seconds=linger)
 
 
 def raw_reply(
@@ -680,12 +677,16 @@ class FakeUpstream:
             **{k.lower(): v for k, v in reply.headers.items()},
         }
         await sender.start(reply.status, headers)
+        events = render_stream(reply, request, completion)
+        stall_after = reply.stall_after_chunks
+        if stall_after is not None and stall_after < 0:
+            stall_after += len(events)
         await _send_events(
             sender,
-            render_stream(reply, request, completion),
+            events,
             reply.delay_between_chunks,
             cut=reply.cut,
-            stall_after=reply.stall_after_chunks,
+            stall_after=stall_after,
             stall_seconds=reply.stall_seconds,
         )
 
