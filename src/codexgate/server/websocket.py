@@ -5,7 +5,8 @@ so that a client sends `previous_response_id` and only the new items, with `stor
 One response is in flight per connection at a time; frames are read while it streams, so a
 client that leaves cancels the upstream request, and a second `response.create` before the
 first's terminal event is answered with an error frame instead of being queued behind it. One
-sent after the terminal event waits for what follows it (the upstream's tail, the key's usage).
+sent after the terminal event is served at once: what the backend still reads of the upstream
+then (its `[DONE]`) is read in a task of its own.
 
 Limits: connections at once, a connection's lifetime, and how much a connection remembers
 (past it, the next continuation is "not found" and the client sends the whole history, as
@@ -23,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,7 @@ from codexgate.translate.envelope import Envelope, estimated_usage
 from codexgate.translate.turn import new_id
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses import ResponsesRequest
-from codexgate.wire.responses_events import FAILED, TERMINAL
+from codexgate.wire.responses_events import FAILED, TERMINAL, Event
 
 log = logging.getLogger("codexgate.websocket")
 
@@ -134,6 +135,7 @@ class _Connection:
         self.busy = False  # a response is in flight and its terminal frame not yet sent
         self.answered = False  # the response in flight sent its terminal frame
         self.responding: asyncio.Task[None] | None = None  # the response in flight
+        self.tails: set[asyncio.Task[None]] = set()  # answered responses' upstream tails, read
         self.left = False  # the client closed the connection
         self.conversation = conversation_of(scope.get(API_KEY_NAME), f"ws:{os.urandom(8).hex()}")
 
@@ -164,6 +166,12 @@ class _Connection:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+            # The connection is over: the tails still read are cut (their upstream connections
+            # closed rather than kept for another request).
+            tails = list(self.tails)
+            for tail in tails:
+                tail.cancel()
+            await asyncio.gather(*tails, return_exceptions=True)
 
     async def _respond_watched(self, message: dict[str, Any]) -> None:
         """Answer a frame in a task of its own, which the reader cancels when the client
@@ -266,6 +274,7 @@ class _Connection:
         output_bytes = 0
         batches = 0
         watch = exchange.watch
+        ended = False
         try:
             async for batch in events:
                 last = batch[-1]
@@ -286,17 +295,21 @@ class _Connection:
                     exchange.saw_output()
                 if last["type"] in TERMINAL:
                     self._account(frame_bytes + output_bytes)
+                    ended = True
                     break
-            async for _ in events:  # the backend drains the upstream after the terminal event
-                pass
         finally:
-            await events.aclose()
+            if ended:  # the client may send its next request now: it does not wait for this
+                tail = asyncio.ensure_future(_read_tail(events))
+                self.tails.add(tail)
+                tail.add_done_callback(self.tails.discard)
+            else:
+                await events.aclose()
 
     async def _answered(self, exchange: Exchange | None) -> None:
         """The response's last frame is about to go out: the client may send its next
         `response.create` as soon as it reads it (Codex does), so from now on that frame is
-        queued, not refused, and taken once this response's tail is done; and the key's slot
-        is freed now, not after that tail (Exchange.settle)."""
+        queued, not refused (and taken as soon as this response's handler returns, its upstream
+        tail read apart: `_read_tail`); and the key's slot is freed now (Exchange.settle)."""
         if exchange is not None:
             await exchange.settle()
         self.busy = False
@@ -331,6 +344,19 @@ class _Connection:
     async def _send_error(self, error: GatewayError, headers: Headers | None = None) -> None:
         with contextlib.suppress(Exception):  # the client may be gone
             await self.send(_text(_error_frame(error, self.sockets._redactor, headers)))
+
+
+async def _read_tail(events: AsyncGenerator[list[Event], None]) -> None:
+    """What the backend reads after the terminal event: the upstream's `[DONE]`, so that its
+    connection serves another request (bounded: backends/http/stream.py drain)."""
+    try:
+        try:
+            async for _ in events:
+                pass
+        finally:
+            await events.aclose()
+    except Exception:  # nothing is owed to the client any more: its answer ended
+        log.debug("reading an answered upstream's tail failed", exc_info=True)
 
 
 def _create_frame(raw: bytes) -> dict[str, Any]:
