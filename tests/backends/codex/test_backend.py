@@ -238,6 +238,37 @@ async def test_a_client_tool_call_over_the_responses_face_is_answered_in_the_sam
         assert len(await gw.received("thread/start")) == 1 and len(await gw.received("turn/start")) == 1
 
 
+async def test_a_result_sent_as_soon_as_the_terminal_event_arrives_continues_the_same_turn(
+    tmp_path: Path,
+) -> None:
+    """The thread is filed for the conversation's next request before the terminal event goes
+    out: a client may send the tool's result as soon as it reads that event, while the first
+    response's events are not closed yet (the gateway still ends its run)."""
+    async with gateway(tmp_path) as gw:
+        ask = user("weather, please")
+        req = parse_request({"model": "codex-agent", "input": ask, "tools": [WEATHER], "stream": True})
+        first = gw.backend.call(req, MODEL, Inbound())
+        await first.open()
+        events = first.events()
+        async for batch in events:  # up to the terminal batch; the run goes on no further
+            if batch[-1]["type"] == "response.completed":
+                output = batch[-1]["response"]["output"]
+                break
+        result = {"type": "function_call_output", "call_id": "call_w1", "output": "rainy"}
+        body = {"model": "codex-agent", "input": [*ask, *output, result], "tools": [WEATHER], "stream": True}
+        second = gw.backend.call(parse_request(body), MODEL, Inbound())
+        await second.open()
+        texts = [
+            event["delta"]
+            async for batch in second.events()
+            for event in batch
+            if event["type"] == "response.output_text.delta"
+        ]
+        await events.aclose()
+        assert texts == ["Oslo: rainy."]
+        assert len(await gw.received("thread/start")) == 1 and len(await gw.received("turn/start")) == 1
+
+
 async def test_parallel_client_tool_calls_are_one_response_and_their_results_one_request(
     tmp_path: Path,
 ) -> None:

@@ -116,7 +116,7 @@ class CodexCall:
         self._thread: AgentThread | None = None
         self._turn: Turn | None = None
         self._reader: AgentReader | None = None
-        self._clean = False  # the Codex turn completed, or waits on the client's tools
+        self._filed = False  # the thread is filed for the conversation's next request
 
     async def open(self) -> None:
         """Start or continue the Codex turn. Raises GatewayError before anything is streamed:
@@ -221,7 +221,7 @@ class CodexCall:
 
     async def _read(self) -> AsyncGenerator[None, None]:
         """Feed the response from the thread's inbox until the Codex turn completes or waits on
-        the client's tools (then `_clean`); `_end` settles the thread however it ended."""
+        the client's tools (then `_file`); `_end` settles the thread however it ended."""
         thread, reader, turn = self._thread, self._reader, self._turn
         assert thread is not None and reader is not None and turn is not None
         target = self._backend.target
@@ -236,34 +236,43 @@ class CodexCall:
                         call.call_id, client_tool_name(call.tool), call.namespace, call.arguments
                     )
                 reader.finish("tool_calls")
-                self._clean = True
+                self._file()
                 yield None
                 return
             if event.method == TURN_COMPLETED:
                 thread.turn_id = None  # ended, however: nothing to interrupt
             if reader.feed(event.method, event.params):
-                self._clean = True
+                self._file()
                 yield None
                 return
             yield None
 
-    async def _end(self) -> None:
-        """The response ended: file the thread for the conversation's next request, or, when it
-        ended any other way (the client left, even before anything was read; a failure; a cap),
-        give it up and interrupt its Codex turn."""
+    def _file(self) -> None:
+        """The Codex turn completed, or waits on the client's tools, and the response ended
+        with it: file the thread for the conversation's next request now, before the terminal
+        event goes out, since the client may send that request as soon as it reads it."""
         thread, turn = self._thread, self._turn
         assert thread is not None and turn is not None
-        threads = self._backend.threads
-        thread.busy = False
-        if self._clean and turn.done and turn.failure is None:
-            output = [item for item in turn.output if item.get("type") != "reasoning"]
-            chain = chain_of(self._ask.root, [*self._req.input, *output], self._ask.opening)
-            threads.file(thread, self._inbound.caller, chain[-1][1])
+        if not (turn.done and turn.failure is None):
             return
-        # The response ended another way (the client left, a failure, a cap): the Codex turn
-        # would run on with nobody to read it, and the thread's history is no longer the
-        # client's.
-        threads.drop(thread, interrupt=True)
+        output = [item for item in turn.output if item.get("type") != "reasoning"]
+        chain = chain_of(self._ask.root, [*self._req.input, *output], self._ask.opening)
+        thread.busy = False
+        self._backend.threads.file(thread, self._inbound.caller, chain[-1][1])
+        self._filed = True
+
+    async def _end(self) -> None:
+        """The response ended. A thread filed (`_file`) is the next request's already; one
+        that ended any other way (the client left, even before anything was read; a failure; a
+        cap) is given up, its Codex turn interrupted."""
+        thread = self._thread
+        assert thread is not None
+        if self._filed:
+            return
+        # The Codex turn would run on with nobody to read it, and the thread's history is no
+        # longer the client's.
+        thread.busy = False
+        self._backend.threads.drop(thread, interrupt=True)
 
 
 class CodexBackend:  # a backends.base.Backend
