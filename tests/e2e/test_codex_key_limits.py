@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.codex_cli import run_codex_in
+from tests.e2e.codex_cli import codex_versions, run_codex_in
 from tests.support.fake_upstream import (
     ChatReply,
     FakeUpstream,
@@ -109,14 +109,15 @@ def test_codex_over_a_websocket_with_a_key_at_max_concurrent_retries_and_complet
     )
 
 
+@codex_versions
 @pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
 def test_codex_at_max_concurrent_is_never_refused_for_its_own_last_request(
-    tmp_path: Path, websockets: bool
+    tmp_path: Path, websockets: bool, codex_version: str
 ) -> None:
     """Codex sends its next request once it has run the tool its last response asked for, which
     takes far less than the 1.5 s the upstream still waits before that response's [DONE]: the
     key's one slot is free by then (freed as the terminal event went out), and over a WebSocket
-    the request waits for that tail on its connection, so nothing is refused."""
+    the request is served at once on the same connection: nothing is refused."""
 
     def script(body: dict[str, Any]) -> Reply:
         if not any(m["role"] == "tool" for m in body["messages"]):
@@ -127,7 +128,7 @@ def test_codex_at_max_concurrent_is_never_refused_for_its_own_last_request(
     with gateway_with_a_limited_key(tmp_path, script) as gw:
         run = run_codex_in(
             tmp_path, "Run echo lingered.", base_url=gw.base, model=MODEL, env_key="CODEX_LIMITED_KEY",
-            env={"CODEX_LIMITED_KEY": KEY}, websockets=websockets, timeout=90,
+            env={"CODEX_LIMITED_KEY": KEY}, websockets=websockets, timeout=90, version=codex_version,
         )  # fmt: skip
 
         def access_lines() -> list[str]:
@@ -137,6 +138,7 @@ def test_codex_at_max_concurrent_is_never_refused_for_its_own_last_request(
         wait_until(lambda: len(access_lines()) >= 2, 10)
         access = access_lines()
     assert run.ok and run.final_message == "The command printed lingered.", run.describe()
+    assert f"/{codex_version}/" in run.argv[0]  # the release this case is for
     assert len(access) == 2 and all("status=200 outcome=completed" in line for line in access), access
     # Over a WebSocket, a next request refused as sent too early (409 response_in_progress) has
     # no access line: Codex drops the connection (the first answer's tail is cancelled) and
