@@ -185,20 +185,22 @@ def get_bytes(url: str) -> bytes:
         return response.read()  # type: ignore[no-any-return]
 
 
+def _stat_fields(pid: int) -> list[bytes]:
+    """/proc/<pid>/stat after the command name: [0] is field 3 (state)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15
 
 
 def minor_faults(pid: int) -> int:
     """The page faults the process (all its threads) took that read no disk: each a page the
     kernel handed it (a fresh one, or one the allocator had given back)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return int(fields[7])  # field 10, minflt
+    return int(_stat_fields(pid)[7])  # field 10, minflt
 
 
 def mem_status(pid: int) -> dict[str, int]:

@@ -103,6 +103,7 @@ async def deliver_stream(
         if watch is not None:
             watch(batch)
         if last["type"] in TERMINAL:
+            terminal = last
             delivery.ended_with(last)
             await delivery.settle()
         data = encoder.batch(batch)
@@ -111,8 +112,7 @@ async def deliver_stream(
         batches += 1
         if batches == 2:  # the first batch after response.created/in_progress
             delivery.saw_output()
-        if last["type"] in TERMINAL:
-            terminal = last
+        if terminal is not None:
             break
         # Nothing of a sent batch waits with the stream for the next one: the first batch (the
         # response twice, with the request's echo) would otherwise be held through the model's

@@ -278,6 +278,7 @@ class _Connection:
         try:
             async for batch in events:
                 last = batch[-1]
+                ending = last["type"] in TERMINAL
                 if last["type"] == FAILED:
                     redact_failure(last, self.sockets._redactor)
                 if watch is not None:
@@ -286,14 +287,14 @@ class _Connection:
                     frame = orjson.dumps(event).decode()
                     if event["type"] == "response.output_item.done":
                         output_bytes += len(frame)
-                    elif event is last and last["type"] in TERMINAL:
+                    elif ending and event is last:
                         exchange.ended_with(last)
                         await self._answered(exchange)
                     await self.send({"type": "websocket.send", "text": frame})
                 batches += 1
                 if batches == 2:
                     exchange.saw_output()
-                if last["type"] in TERMINAL:
+                if ending:
                     self._account(frame_bytes + output_bytes)
                     ended = True
                     break
