@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import logging.config
+import random
 import sys
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from codexgate.config import ConfigError, load_settings
 from codexgate.redact import MASK, RedactingFilter, Redactor
 from codexgate.server.exchange import Exchange
-from codexgate.server.logs import JsonFormatter, uvicorn_log_config
+from codexgate.server.logs import LOGFMT_FORMAT, JsonFormatter, LogfmtFormatter, uvicorn_log_config
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.processes import serve_process
 from tests.support.servers import run_asgi_server
@@ -132,3 +133,54 @@ def test_uvicorns_coloured_message_is_not_printed_with_its_arguments_gone() -> N
     assert RedactingFilter(Redactor()).filter(record)
     assert record.getMessage() == "Started server process [42]"
     assert "color_message" not in record.__dict__
+
+
+def test_a_record_and_its_fields_are_masked_as_each_text_alone_would_be() -> None:
+    """The filter first redacts the message and the fields joined in one text, and masks them one
+    by one only when that finds something: over records made of credential-shaped pieces and
+    near misses, split across fields (a cue in one, its token in the next), the result must be
+    what redacting each text alone gives."""
+    redactor = Redactor([SECRET, "cg-key-abcdefghijkl"])
+    pieces = [
+        "Bearer", "basic", "abc123def456", "x-api-key=", "zzzz9999", "sk-0123456789abcdefXYZ", SECRET,
+        "cg-key-abcdefghijkl", "https://u:pw@host/v1", "model=qwen3", "200", " ", "\n", "é", "=",
+    ]  # fmt: skip
+    rng = random.Random(27)
+    for _ in range(2000):
+        texts = ["".join(rng.choices(pieces, k=rng.randint(0, 4))) for _ in range(rng.randint(1, 5))]
+        fields: dict[str, Any] = {f"f{i}": text for i, text in enumerate(texts[1:])} | {"n": 200}
+        record = _record(texts[0], fields=dict(fields))
+        assert RedactingFilter(redactor).filter(record)
+        assert record.getMessage() == redactor.redact(texts[0]), texts
+        masked = {key: redactor.redact(v) if isinstance(v, str) else v for key, v in fields.items()}
+        assert record.fields == masked, texts
+
+
+def test_a_handlers_filter_still_masks_records_no_logger_filter_saw() -> None:
+    """A record the logger's filter cleaned is passed over by the handler's filter of the same
+    redactor; any other record (from a logger without the filter, or cleaned by a filter that
+    knew other secrets) is masked there."""
+    key = "gateway-key-abcdefghijkl"  # masked only as a known secret: no credential shape
+    redactor = Redactor([key])
+    on_logger, on_handler = RedactingFilter(redactor), RedactingFilter(redactor)
+    gateway = _record(f"key {key}")
+    assert on_logger.filter(gateway) and on_handler.filter(gateway)
+    assert gateway.getMessage() == f"key {MASK}"
+    other = logging.LogRecord("aiohttp.client", logging.INFO, __file__, 1, "key %s", (key,), None)
+    assert on_handler.filter(other)
+    assert other.getMessage() == f"key {MASK}"
+    elsewhere = _record(f"key {key}")
+    assert RedactingFilter(Redactor()).filter(elsewhere) and elsewhere.getMessage() == f"key {key}"
+    assert on_handler.filter(elsewhere) and elsewhere.getMessage() == f"key {MASK}"
+
+
+def test_the_logfmt_time_is_the_standard_formatters() -> None:
+    """LogfmtFormatter makes each second's date and time once: its lines must be the ones
+    `logging.Formatter` writes, in one second, across seconds, and with a date format."""
+    ours, standard = LogfmtFormatter(), logging.Formatter(LOGFMT_FORMAT)
+    record = _record("line")
+    seconds = (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.0015, 1_699_999_999.5, 1_700_086_400.25)
+    for created in seconds:
+        record.created, record.msecs = created, int((created - int(created)) * 1000)
+        assert ours.format(record) == standard.format(record)
+        assert ours.formatTime(record, "%H:%M") == standard.formatTime(record, "%H:%M")

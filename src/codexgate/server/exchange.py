@@ -16,6 +16,18 @@ log = logging.getLogger("codexgate.access")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
 _MAX_VALUE = 80  # client-chosen strings (model names, request ids) are cut to this
 
+# This process's worker number under `serve --workers N` (server/workers.py), read at its first
+# access line rather than from os.environ at every one. A worker is forked and given its number
+# after this module was imported, so a forked child reads it again.
+_worker: list[str | None] = []
+os.register_at_fork(after_in_child=_worker.clear)
+
+
+def _worker_id() -> str | None:
+    if not _worker:
+        _worker.append(os.environ.get("CODEXGATE_WORKER"))
+    return _worker[0]
+
 
 def answered_headers(where: tuple[str, str]) -> list[tuple[bytes, bytes]]:
     """The headers that say which route and upstream answered a pooled request (the `model`
@@ -114,7 +126,7 @@ class Exchange:
             "output_tokens": (self.usage or {}).get("output_tokens"),
             "ttft_ms": None if first is None else round((first - self.started) * 1000),
             "duration_ms": round(elapsed * 1000),
-            "worker": os.environ.get("CODEXGATE_WORKER"),  # under `serve --workers N`
+            "worker": _worker_id(),  # under `serve --workers N`
         }
         return {
             key: value if isinstance(value, (int, float)) else str(value)[:_MAX_VALUE]

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 from uvicorn.config import LOGGING_CONFIG
 
-__all__ = ["LOGFMT_FORMAT", "JsonFormatter", "LogFormat", "configure_logging", "uvicorn_log_config"]
+__all__ = [
+    "LOGFMT_FORMAT",
+    "JsonFormatter",
+    "LogfmtFormatter",
+    "LogFormat",
+    "configure_logging",
+    "uvicorn_log_config",
+]
 
 LogFormat = Literal["logfmt", "json"]
 LOGFMT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -56,8 +64,26 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(data, default=str).decode()
 
 
+class LogfmtFormatter(logging.Formatter):
+    """`LOGFMT_FORMAT`, its time as `logging.Formatter` writes it (local time, milliseconds), the
+    date and time part made once per second: every request's access line passes here, and
+    `time.strftime` was a tenth of the line's cost."""
+
+    def __init__(self) -> None:
+        super().__init__(LOGFMT_FORMAT)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        if datefmt:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        return f"{self._second[1]},{int(record.msecs):03d}"  # logging's default_msec_format
+
+
 def formatter(log_format: LogFormat) -> logging.Formatter:
-    return JsonFormatter() if log_format == "json" else logging.Formatter(LOGFMT_FORMAT)
+    return JsonFormatter() if log_format == "json" else LogfmtFormatter()
 
 
 def configure_logging(level: str, log_format: LogFormat) -> None:
