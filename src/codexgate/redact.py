@@ -177,8 +177,8 @@ def _nothing() -> None:
 
 # The record a RedactingFilter cleaned last, and with which redactor: a gateway record passes
 # its logger's filter, then its handler's (install_log_redaction, server/serve.py), which then
-# has nothing left to mask. One pair for all threads: a record another thread's cleaned in
-# between is cleaned again, which changes nothing.
+# has nothing left to mask. One pair for all threads: when another thread's record is cleaned
+# in between, the handler's filter cleans this one again, which changes nothing.
 _last_cleaned: tuple[Redactor | None, Callable[[], logging.LogRecord | None]] = (None, _nothing)
 
 
