@@ -52,7 +52,8 @@ _GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
         ("max_output_bytes", "model output per response before it ends incomplete (max_output_tokens)",
          "BYTES"),
         ("max_request_seconds", "total seconds one response may take", "SECONDS"),
-        ("history_cache_mb", "memory for each conversation's last request, reused next turn (0: off)",
+        ("history_cache_mb", "memory for conversations' last requests, reused next turn: the face's, "
+         "and as much for each upstream's translations (0: off)",
          "MIB"),
         ("history_cache_min_kb", "remember only conversations whose request is at least this large", "KIB"),
     ]),
