@@ -397,3 +397,41 @@ def test_a_conversation_read_by_the_face_and_resumed_by_the_backend_matches_a_fu
         resumed = to_chat_request(req, ChatDialect(), "up", checkpoint, inbound.known_prefix)
         assert resumed.encode() == translate(body, ChatDialect()).encode()
         checkpoint, previous = resumed.checkpoint, req
+
+
+@pytest.mark.parametrize("instructions", [None, "be brief"])
+@pytest.mark.parametrize("tools", [[], TOOLS])  # TOOLS: a hosted tool, so a notice
+@pytest.mark.parametrize("first_role", ["user", "system", "developer"])
+def test_a_checkpoint_keeps_the_json_of_every_message_it_holds_and_no_other(
+    instructions: str | None, tools: list[dict[str, Any]], first_role: str
+) -> None:
+    """Whatever `finish` puts before the translated messages (the instructions' system message,
+    a notice), the encodings kept for the next turn are exactly those of the messages the
+    checkpoint holds and the request sent: none is encoded again next turn, and none is kept
+    for a message that only this request sends."""
+    items = [
+        message(first_role, "rules"),
+        message("user", "hi"),
+        message("assistant", "hi"),
+        message("user", "go"),
+    ]
+    body = {"model": "m", "instructions": instructions, "input": items, "tools": tools}
+    for dialect in (ChatDialect(), ChatDialect(developer_role="system")):
+        first = translate(body, dialect)
+        first.encode()
+        assert first.checkpoint is not None
+        assert set(first.checkpoint.history.encoded) == _held_and_sent(first)
+        items.append(message("user", "more"))
+        second = translate({**body, "input": list(items)}, dialect, first.checkpoint)
+        assert second.encode() == translate({**body, "input": list(items)}, dialect).encode()
+        assert second.checkpoint is not None
+        assert set(second.checkpoint.history.encoded) == _held_and_sent(second)
+        items.pop()
+
+
+def _held_and_sent(request: ChatRequest) -> set[int]:
+    """The ids of the messages a request's checkpoint holds that the request sent as they are
+    (a notice joins a leading system message as a copy: the held one is not sent)."""
+    assert request.checkpoint is not None
+    sent = set(map(id, request.body["messages"]))
+    return {id(m) for m in request.checkpoint.history.builder.messages if id(m) in sent}

@@ -86,10 +86,11 @@ class ChatRequest:
         parts = list(map(known.get, ids))  # C loops: most messages are known
         fresh = [i for i, part in enumerate(parts) if part is None]
         if fresh:
-            held = set(map(id, history.builder.messages))
+            held = history.builder.messages
             for i in fresh:
-                part = parts[i] = orjson.dumps(messages[i])
-                if ids[i] in held:
+                message = messages[i]
+                part = parts[i] = orjson.dumps(message)
+                if _holds(held, i, message):
                     # A copy of the exact size: orjson's result keeps the buffer it grew
                     # (4 KB or more even for a short message), and these stay for the
                     # conversation's next turn.
@@ -99,6 +100,24 @@ class ChatRequest:
         framed[1::2] = cast(list[bytes], parts)  # no None is left
         framed[0], framed[-1] = opening, b"]}"
         return framed
+
+
+# How far `_Builder.finish` may move the builder's own messages: it puts one message before
+# them, the system message (instructions), or else a notice of its own (a notice joins a
+# leading system message instead).
+_FRONT_SHIFTS = (0, 1)
+
+
+def _holds(held: list[Message], index: int, message: Message) -> bool:
+    """Whether `message`, at `index` of a request's messages, is one of `held`: its checkpoint's
+    builder's messages, which the request's hold in the same order, shifted by what `finish`
+    put before them. Two identity checks at most, instead of a set of a long history's ids
+    made for each request; a message this misses would only be encoded again next turn."""
+    for shift in _FRONT_SHIFTS:
+        at = index - shift
+        if 0 <= at < len(held) and held[at] is message:
+            return True
+    return False
 
 
 def tools_of(req: ResponsesRequest, kinds: frozenset[Any] | None = None) -> list[dict[str, Any]]:
