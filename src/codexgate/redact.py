@@ -138,8 +138,8 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         global _last_cleaned
-        redactor, cleaned = _last_cleaned
-        if redactor is self._redactor and cleaned() is record:
+        last = _last_cleaned
+        if last is not None and last[0] is self._redactor and last[1]() is record:
             return True  # its logger's filter cleaned it: this is its handler's
         redact = self._redactor.redact
         try:
@@ -149,7 +149,7 @@ class RedactingFilter(logging.Filter):
         fields = getattr(record, "fields", None)  # structured fields (an access line's), for JSON logs
         texts = [v for v in fields.values() if isinstance(v, str)] if isinstance(fields, dict) else []
         if texts and _masks_none(redact, [message, *texts]):
-            clean, fields = message, None
+            clean, fields = message, None  # nothing to mask, neither the message nor a field
         else:
             clean = redact(message)
         if clean != message or record.args:
@@ -171,15 +171,11 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def _nothing() -> None:
-    return None
-
-
 # The record a RedactingFilter cleaned last, and with which redactor: a gateway record passes
 # its logger's filter, then its handler's (install_log_redaction, server/serve.py), which then
 # has nothing left to mask. One pair for all threads: when another thread's record is cleaned
 # in between, the handler's filter cleans this one again, which changes nothing.
-_last_cleaned: tuple[Redactor | None, Callable[[], logging.LogRecord | None]] = (None, _nothing)
+_last_cleaned: tuple[Redactor, weakref.ref[logging.LogRecord]] | None = None
 
 
 def _masks_none(redact: Callable[[str], str], texts: list[str]) -> bool:
