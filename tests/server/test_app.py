@@ -282,6 +282,19 @@ async def test_a_client_that_disconnects_cancels_the_upstream_request() -> None:
     assert fake.disconnects == 1
 
 
+async def test_a_client_that_leaves_while_the_upstream_is_silent_cancels_the_upstream_request() -> None:
+    # Nothing is sent to the client while the upstream says nothing: only the watcher of the
+    # client's side (server/delivery.until_disconnect) can hear it leave.
+    silent = stall_reply("word " * 20, stall_seconds=30)
+    async with gateway([silent]) as (client, fake, _):
+        await leave_at_the_first_delta(client, {"model": "m", "input": "x"})
+        await fake.wait_for_disconnects(1, timeout=5)
+        test_client = client._transport
+    assert fake.disconnects == 1
+    # The gateway ended the answer itself: the test client did not have to cancel it.
+    assert isinstance(test_client, StreamingASGITransport) and test_client.forced_cancellations == 0
+
+
 @pytest.mark.parametrize(
     "content,status,param",
     [

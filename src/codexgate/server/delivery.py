@@ -176,10 +176,13 @@ async def until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable
     is complete, cancel the work, which closes the upstream request. Raises ClientGone then.
 
     The work runs in this task and one watcher task listens: a second task for the work, and
-    asyncio.wait over both, cost ~30 us per request for nothing."""
+    asyncio.wait over both, cost ~30 us per request for nothing. The watcher is made once
+    this task first waits (at the latest, for the upstream's answer), not before: it could
+    not hear anything sooner, and the upstream request goes out ~9 us earlier."""
     task = asyncio.current_task()
     assert task is not None
     left = False
+    watcher: asyncio.Future[None] | None = None
 
     async def watch() -> None:
         nonlocal left
@@ -189,7 +192,11 @@ async def until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable
             left = True
             task.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = asyncio.ensure_future(watch())
+
+    starting = asyncio.get_running_loop().call_soon(start_watching)
     try:
         await work
     except asyncio.CancelledError:
@@ -199,4 +206,6 @@ async def until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable
         log.info("client disconnected; upstream request cancelled")
         raise ClientGone() from None
     finally:
-        watcher.cancel()
+        starting.cancel()
+        if watcher is not None:
+            watcher.cancel()
