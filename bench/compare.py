@@ -84,6 +84,7 @@ class Bench(Protocol):
         history: tuple[int, int] = (0, 7),
     ) -> None: ...
 
+
 MB = 1024 * 1024
 
 CODEX_50KB = (50_000, 6)  # (history bytes, seed): a Codex request of ~51 KB (checked in the report)

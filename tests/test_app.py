@@ -83,8 +83,13 @@ async def test_at_start_each_upstream_gets_one_line_saying_whether_it_answers(
         await lifespan.shutdown()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream '")]
     assert "upstream 'good' (http://good.test/v1): reachable, 2 models: qwen3-coder, llama3" in lines
-    assert any(line.startswith("upstream 'moved': wrong path: a server answers at http://moved.test/v1") for line in lines)
-    assert "upstream 'agent' (codex): not asked at start; codex app-server starts on the first request" in lines
+    assert any(
+        line.startswith("upstream 'moved': wrong path: a server answers at http://moved.test/v1")
+        for line in lines
+    )
+    assert (
+        "upstream 'agent' (codex): not asked at start; codex app-server starts on the first request" in lines
+    )
 
 
 async def test_the_start_does_not_wait_for_an_upstream_that_never_answers(tmp_path: Path) -> None:
@@ -121,7 +126,9 @@ def test_every_kind_of_upstream_has_its_backend_and_each_route_gets_its_kind_s_v
         path.read_text()
         + "".join(f'[[models]]\nname = "m{u}"\nupstream = "{u}"\nthink_tags = "off"\n' for u in "crxe")
     )
-    app = build_app(load_settings({}, path, environ={}), transport=ASGIUpstreamTransport(never_answers), environ={})
+    app = build_app(
+        load_settings({}, path, environ={}), transport=ASGIUpstreamTransport(never_answers), environ={}
+    )
     backends = app.router.backends
     kinds = {name: type(backend) for name, backend in backends.items()}
     assert kinds == {"c": ChatBackend, "r": ResponsesBackend, "x": CodexBackend, "e": EmbeddedBackend}

@@ -58,7 +58,10 @@ def test_boolean_environment_values() -> None:
         ('idle_timeout = "soon"', "idle_timeout"),
         ("unknown_key = 1", "unknown_key"),
         ('[[upstreams]]\nname = "a"\n', "base_url"),
-        ('[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\n[[upstreams]]\nname = "a"\nbase_url = "http://y/v1"\n', "unique"),
+        (
+            '[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\n[[upstreams]]\nname = "a"\nbase_url = "http://y/v1"\n',
+            "unique",
+        ),
         (
             '[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\n[[models]]\nname = "m"\nupstream = "zz"\n',
             "unknown upstream",
@@ -107,7 +110,10 @@ def test_upstream_urls_are_checked_at_start_with_the_fix(url: str, fragment: str
 def test_a_bad_url_in_the_file_names_the_upstream_table(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[[upstreams]]\nname = "a"\nbase_url = "127.0.0.1:8000"\n')
-    with pytest.raises(ConfigError, match=r"upstreams\[0\]\.base_url = .127.0.0.1:8000. \(upstream .a., in .*\): .*did you mean http://127.0.0.1:8000/v1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"upstreams\[0\]\.base_url = .127.0.0.1:8000. \(upstream .a., in .*\): .*did you mean http://127.0.0.1:8000/v1",
+    ):
         load_settings({}, config, environ={})
 
 
@@ -120,7 +126,9 @@ def test_a_bad_url_in_the_file_names_the_upstream_table(tmp_path: Path) -> None:
         ({}, {"CODEXGATE_IDLE_TIMEOUT": "soon"}, "(from CODEXGATE_IDLE_TIMEOUT)"),
     ],
 )
-def test_bad_values_name_where_they_came_from(cli: dict[str, object], environ: dict[str, str], fragment: str) -> None:
+def test_bad_values_name_where_they_came_from(
+    cli: dict[str, object], environ: dict[str, str], fragment: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(cli, environ=environ)
     assert fragment in str(info.value)
@@ -134,9 +142,14 @@ def test_log_level_is_case_insensitive() -> None:
     "toml,suggestion",
     [
         ("idle_timout = 3", "did you mean 'idle_timeout'?"),
-        ('[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\napi_key_evn = "K"\n', "did you mean 'api_key_env'?"),
-        ('[[models]]\nname = "m"\ncontext_windw = 8\n[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n',
-         "did you mean 'context_window'?"),
+        (
+            '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\napi_key_evn = "K"\n',
+            "did you mean 'api_key_env'?",
+        ),
+        (
+            '[[models]]\nname = "m"\ncontext_windw = 8\n[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n',
+            "did you mean 'context_window'?",
+        ),
     ],
 )
 def test_unknown_keys_suggest_the_nearest_known_one(tmp_path: Path, toml: str, suggestion: str) -> None:
@@ -223,8 +236,13 @@ def test_every_dialect_setting_of_an_upstream_reaches_its_dialect() -> None:
     assert DIALECT_FIELDS - {"context_window"} <= set(ChatUpstream.model_fields)
     assert "context_window" in EmbeddedUpstream.model_fields
     upstream = ChatUpstream(
-        name="u", base_url="http://127.0.0.1:8000/v1", developer_role="system", think_tags="off",
-        loop_guard=False, max_tokens_field="max_completion_tokens", extra_body={"a": 1, "b": 1},
+        name="u",
+        base_url="http://127.0.0.1:8000/v1",
+        developer_role="system",
+        think_tags="off",
+        loop_guard=False,
+        max_tokens_field="max_completion_tokens",
+        extra_body={"a": 1, "b": 1},
     )
     dialect = upstream.dialect()
     assert (dialect.developer_role, dialect.think_tags, dialect.loop_guard) == ("system", "off", False)
@@ -259,7 +277,9 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
         return load_settings({}, config, environ={}).upstreams
 
     codex = 'name = "agent"\nkind = "codex"\nsandbox = "workspace-write"\napproval = "on-request"'
-    responses = 'name = "oa"\nkind = "responses"\nbase_url = "https://api.openai.com/v1"\ntool_format = "native"'
+    responses = (
+        'name = "oa"\nkind = "responses"\nbase_url = "https://api.openai.com/v1"\ntool_format = "native"'
+    )
     [agent] = load(codex)
     assert isinstance(agent, CodexUpstream) and not hasattr(agent, "base_url")
     assert (agent.kind, agent.sandbox, agent.approval) == ("codex", "workspace-write", "on-request")
@@ -267,7 +287,10 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
     [oa] = load(responses)
     assert isinstance(oa, ResponsesUpstream) and (oa.kind, oa.tool_format) == ("responses", "native")
     for bad, named in [
-        (codex + '\nbase_url = "http://127.0.0.1:1/v1"', "base_url applies to upstreams of kind chat or responses"),
+        (
+            codex + '\nbase_url = "http://127.0.0.1:1/v1"',
+            "base_url applies to upstreams of kind chat or responses",
+        ),
         (codex + '\ndeveloper_role = "system"', "developer_role applies to upstreams of kind chat"),
         (responses + '\nsandbox = "read-only"', "sandbox applies to upstreams of kind codex"),
         ('name = "c"\nbase_url = "http://127.0.0.1:1/v1"\ntool_format = "native"', "tool_format"),
@@ -281,7 +304,11 @@ def _numeric_fields() -> list[tuple[str, str, object]]:
     from codexgate.config import ModelConfig, Settings
 
     found = []
-    tables = (("settings", Settings.model_fields), ("upstreams", UPSTREAM_FIELDS), ("models", ModelConfig.model_fields))
+    tables = (
+        ("settings", Settings.model_fields),
+        ("upstreams", UPSTREAM_FIELDS),
+        ("models", ModelConfig.model_fields),
+    )
     for table, fields in tables:
         for name, field in fields.items():
             if field.annotation in (int, float, int | None, float | None):
@@ -296,23 +323,49 @@ def test_every_numeric_setting_has_a_range(table: str, name: str, field: object)
     import annotated_types
 
     metadata = getattr(field, "metadata", [])
-    assert any(isinstance(m, (annotated_types.Gt, annotated_types.Ge)) for m in metadata), f"{table}.{name}: no lower bound"
-    assert any(isinstance(m, (annotated_types.Lt, annotated_types.Le)) for m in metadata), f"{table}.{name}: no upper bound"
+    assert any(isinstance(m, (annotated_types.Gt, annotated_types.Ge)) for m in metadata), (
+        f"{table}.{name}: no lower bound"
+    )
+    assert any(isinstance(m, (annotated_types.Lt, annotated_types.Le)) for m in metadata), (
+        f"{table}.{name}: no upper bound"
+    )
 
 
 @pytest.mark.parametrize(
     "toml,cli,environ,fragment",
     [
         ("idle_timeout = -5", {}, {}, "idle_timeout = -5 (in {file}): must be greater than 0"),
-        ("", {"max_body_bytes": 0}, {}, "max_body_bytes = 0 (from --max-body-bytes): must be greater than or equal to 1024"),
-        ("", {}, {"CODEXGATE_MAX_RETRIES": "-3"}, "max_retries = '-3' (from CODEXGATE_MAX_RETRIES): must be greater than or equal to 0"),
+        (
+            "",
+            {"max_body_bytes": 0},
+            {},
+            "max_body_bytes = 0 (from --max-body-bytes): must be greater than or equal to 1024",
+        ),
+        (
+            "",
+            {},
+            {"CODEXGATE_MAX_RETRIES": "-3"},
+            "max_retries = '-3' (from CODEXGATE_MAX_RETRIES): must be greater than or equal to 0",
+        ),
         ("max_retries = 1000", {}, {}, "max_retries = 1000 (in {file}): must be less than or equal to 100"),
-        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nidle_timeout = -5\n', {}, {},
-         "upstreams[0].idle_timeout = -5 (upstream 'local', in {file}): must be greater than 0"),
-        ('[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nmax_retries = -1\n', {}, {},
-         "upstreams[0].max_retries = -1 (upstream 'local', in {file})"),
-        ('[[models]]\nname = "m"\ncontext_window = 0\n', {"upstream": "http://a/v1"}, {},
-         "models[0].context_window = 0 (model 'm', in {file}): must be greater than 0"),
+        (
+            '[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nidle_timeout = -5\n',
+            {},
+            {},
+            "upstreams[0].idle_timeout = -5 (upstream 'local', in {file}): must be greater than 0",
+        ),
+        (
+            '[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:1/v1"\nmax_retries = -1\n',
+            {},
+            {},
+            "upstreams[0].max_retries = -1 (upstream 'local', in {file})",
+        ),
+        (
+            '[[models]]\nname = "m"\ncontext_window = 0\n',
+            {"upstream": "http://a/v1"},
+            {},
+            "models[0].context_window = 0 (model 'm', in {file}): must be greater than 0",
+        ),
     ],
 )
 def test_out_of_range_values_stop_the_start_naming_the_setting_and_its_source(
@@ -325,7 +378,9 @@ def test_out_of_range_values_stop_the_start_naming_the_setting_and_its_source(
     assert fragment.format(file=config) in str(info.value)
 
 
-def test_a_route_to_an_unknown_upstream_names_the_model_entry_the_file_and_the_upstreams(tmp_path: Path) -> None:
+def test_a_route_to_an_unknown_upstream_names_the_model_entry_the_file_and_the_upstreams(
+    tmp_path: Path,
+) -> None:
     config = tmp_path / "codexgate.toml"
     config.write_text(
         '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\n[[upstreams]]\nname = "b"\nbase_url = "http://b/v1"\n'
@@ -348,13 +403,20 @@ def test_an_unknown_kind_is_echoed_with_the_valid_kinds(tmp_path: Path) -> None:
 
 def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    message = config_error(config, '[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n')
-    assert f"upstreams[0].developer_role (upstream 'agent', in {config}): developer_role applies to upstreams of kind chat" in message
+    message = config_error(
+        config, '[[upstreams]]\nname = "agent"\nkind = "codex"\ndeveloper_role = "system"\n'
+    )
+    assert (
+        f"upstreams[0].developer_role (upstream 'agent', in {config}): developer_role applies to upstreams of kind chat"
+        in message
+    )
 
 
 def test_a_global_setting_inside_an_upstream_says_it_is_global(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    message = config_error(config, '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n')
+    message = config_error(
+        config, '[[upstreams]]\nname = "a"\nbase_url = "http://a/v1"\nhistory_cache_mb = 64\n'
+    )
     assert "upstreams[0].history_cache_mb = 64 (upstream 'a', in " in message
     assert "history_cache_mb is set at the top level of the file" in message
 
@@ -381,20 +443,32 @@ def test_an_upstream_that_names_no_kind_is_a_chat_upstream_and_each_kind_is_its_
 @pytest.mark.parametrize(
     "table,fragment",
     [
-        ('name = "agent"\nkind = "codex"\nmax_threads = 0',
-         "upstreams[0].max_threads = 0 (upstream 'agent', in {file}): must be greater than 0"),
-        ('name = "r"\nkind = "responses"',
-         "upstreams[0].base_url (upstream 'r', in {file}): an upstream of kind 'responses' needs a base_url"),
-        ('name = "e"\nkind = "embedded"\nextra_body = { top_k = 20 }\ntool_format = "native"',
-         "upstreams[0].tool_format (upstream 'e', in {file}): tool_format applies to upstreams of kind "
-         "responses, not 'embedded'"),
-        ('name = "c"\nbase_url = "http://a/v1"\nextra_boddy = {}',
-         "upstreams[0].extra_boddy (upstream 'c', in {file}): unknown setting; did you mean 'extra_body'?"),
-        ('name = "c"\nkind = "codex"\ntext_tool_calls = "yaml"',
-         "upstreams[0].text_tool_calls (upstream 'c', in {file}): text_tool_calls must be one of"),
+        (
+            'name = "agent"\nkind = "codex"\nmax_threads = 0',
+            "upstreams[0].max_threads = 0 (upstream 'agent', in {file}): must be greater than 0",
+        ),
+        (
+            'name = "r"\nkind = "responses"',
+            "upstreams[0].base_url (upstream 'r', in {file}): an upstream of kind 'responses' needs a base_url",
+        ),
+        (
+            'name = "e"\nkind = "embedded"\nextra_body = { top_k = 20 }\ntool_format = "native"',
+            "upstreams[0].tool_format (upstream 'e', in {file}): tool_format applies to upstreams of kind "
+            "responses, not 'embedded'",
+        ),
+        (
+            'name = "c"\nbase_url = "http://a/v1"\nextra_boddy = {}',
+            "upstreams[0].extra_boddy (upstream 'c', in {file}): unknown setting; did you mean 'extra_body'?",
+        ),
+        (
+            'name = "c"\nkind = "codex"\ntext_tool_calls = "yaml"',
+            "upstreams[0].text_tool_calls (upstream 'c', in {file}): text_tool_calls must be one of",
+        ),
     ],
 )
-def test_an_error_inside_an_upstream_of_any_kind_names_it_as_written(tmp_path: Path, table: str, fragment: str) -> None:
+def test_an_error_inside_an_upstream_of_any_kind_names_it_as_written(
+    tmp_path: Path, table: str, fragment: str
+) -> None:
     config = tmp_path / "c.toml"
     message = config_error(config, f"[[upstreams]]\n{table}\n")
     assert fragment.format(file=config) in message
@@ -420,7 +494,9 @@ ROUTE = '[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:8000/v1"\n[
 
 def test_a_key_takes_its_limits_by_their_names(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    limits = "requests_per_minute = 60\ntokens_per_minute = 200000\nmax_concurrent = 4\ntokens_per_day = 5000000\n"
+    limits = (
+        "requests_per_minute = 60\ntokens_per_minute = 200000\nmax_concurrent = 4\ntokens_per_day = 5000000\n"
+    )
     config.write_text(ROUTE + KEY + limits + 'models = ["coder", "qc"]\nadmin = true\n')
     key = load_settings({}, config, environ={}).api_keys[0]
     assert (key.requests_per_minute, key.tokens_per_minute, key.max_concurrent, key.tokens_per_day) == (
@@ -436,7 +512,10 @@ def test_a_key_takes_its_limits_by_their_names(tmp_path: Path) -> None:
         ("max_concurrent = -1", "api_keys[0].max_concurrent = -1"),
         ("tokens_per_day = 10000000000000000", "less than or equal to 1000000000000000"),
         ("models = []", "api_keys[0].models"),
-        ('models = ["coderr"]', "key 'alice' names model 'coderr', which is not routed; the models are: coder, qc"),
+        (
+            'models = ["coderr"]',
+            "key 'alice' names model 'coderr', which is not routed; the models are: coder, qc",
+        ),
         ("requests_per_mintue = 5", "did you mean 'requests_per_minute'?"),
     ],
 )

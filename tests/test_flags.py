@@ -24,7 +24,11 @@ def _flags(name: str) -> set[str]:
 
 def test_every_top_level_setting_is_a_serve_flag_with_help() -> None:
     flags = _flags("serve")
-    missing = [n for n in Settings.model_fields if n not in TABLE_SETTINGS and "--" + n.replace("_", "-") not in flags]
+    missing = [
+        n
+        for n in Settings.model_fields
+        if n not in TABLE_SETTINGS and "--" + n.replace("_", "-") not in flags
+    ]
     assert not missing
     assert set(scalar_settings()) == set(HELP), "a setting without a help line, or help for no setting"
 
@@ -40,7 +44,9 @@ def test_every_top_level_setting_is_a_serve_flag_with_help() -> None:
         (["--no-discover", "--no-embedded"], {"discover": False, "embedded": False}),
     ],
 )
-def test_a_flag_reaches_its_setting(argv: list[str], expected: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_flag_reaches_its_setting(
+    argv: list[str], expected: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in expected:
         monkeypatch.delenv("CODEXGATE_" + name.upper(), raising=False)
     monkeypatch.delenv("CODEXGATE_CONFIG", raising=False)

@@ -38,7 +38,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "app": ("app", "observability", "server", "routing", "store", "backends", "config", *_CORE),
     "commands.doctor": ("commands.doctor", "commands.codex_needs", "app", "backends", "config", *_CORE),
     "commands.codex_setup": (
-        "commands.codex_setup", "commands.codex_needs", "app", "backends", "config", "server", *_CORE,
+        "commands.codex_setup",
+        "commands.codex_needs",
+        "app",
+        "backends",
+        "config",
+        "server",
+        *_CORE,
     ),  # fmt: skip
     "commands.replay": ("commands.replay", "app", "observability", "server", "backends", "config", *_CORE),
     "commands.usage": ("commands.usage", "app", "store", "config", *_CORE),
@@ -128,5 +134,7 @@ def test_serving_loads_no_library_that_only_some_requests_need() -> None:
         "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich', 'pypdf')"
         " if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.strip() == ""

@@ -61,7 +61,9 @@ def server(*, tools: str = "structured", usage: bool = True, context_error: bool
 
 async def doctor(fake: FakeUpstream, model: str | None = None) -> Report:
     steps: list[str] = []
-    report = await Doctor(ASGIUpstreamTransport(fake), BASE, model=model, timeout=5, on_step=steps.append).run()
+    report = await Doctor(
+        ASGIUpstreamTransport(fake), BASE, model=model, timeout=5, on_step=steps.append
+    ).run()
     assert steps[0] == "reachable"  # the progress display is told before each probe
     return report
 
@@ -82,7 +84,9 @@ async def test_a_vllm_like_server_with_structured_tools_and_a_big_window_is_all_
     assert report.ok, report.checks
     assert [c.status for c in report.checks] == ["ok"] * 5
     assert report.findings.server == "vLLM" and report.findings.usage_in_stream
-    assert "prompt over the window: 400 → codexgate sends context_length_exceeded" in check(report, "errors")[2]
+    assert (
+        "prompt over the window: 400 → codexgate sends context_length_exceeded" in check(report, "errors")[2]
+    )
     assert report.recommended["upstream"] == {"name": "vllm", "base_url": BASE, "text_tool_calls": "off"}
     model = report.recommended["model"]
     assert model["context_window"] == 65536

@@ -148,7 +148,9 @@ async def test_each_key_sees_its_day_and_an_admin_every_key_s() -> None:
             async with client.stream("GET", "/ui/events", headers=alice) as events:
                 lines = events.aiter_lines()
                 assert (await anext(lines)).startswith("event: state")
-                answered = await client.post("/v1/responses", json={"model": "m", "input": "x"}, headers=alice)
+                answered = await client.post(
+                    "/v1/responses", json={"model": "m", "input": "x"}, headers=alice
+                )
                 assert answered.status_code == 200
                 async with asyncio.timeout(DEADLINE):
                     while await anext(lines) != "event: keys":
@@ -159,7 +161,10 @@ async def test_each_key_sees_its_day_and_an_admin_every_key_s() -> None:
     assert [(k["key"], k["requests"]) for k in keys_event["keys"]] == [("alice", 1)]
     assert own == keys_event["keys"] and own[0]["input_tokens"] > 0
     assert own[0]["limits"] == {"requests_per_minute": 60, "tokens_per_day": 100_000}
-    assert [(k["key"], k["requests"], k["limits"]) for k in every] == [("alice", 1, own[0]["limits"]), ("bob", 0, {})]
+    assert [(k["key"], k["requests"], k["limits"]) for k in every] == [
+        ("alice", 1, own[0]["limits"]),
+        ("bob", 0, {}),
+    ]
 
 
 async def test_state_shows_turns_their_tool_calls_and_the_results_the_next_request_carried() -> None:

@@ -52,19 +52,29 @@ def config(members: list[str], **route: Any) -> dict[str, Any]:
     more = route.pop("more_models", [])
     upstreams = [{"name": m, "base_url": f"http://{m}.test/v1"} for m in names]
     models = [{"name": "coder", "upstreams": members, "model": "m", **route}, *more]
-    return {"discover": False, "store": "none", "retry_backoff": 0.01, "upstreams": upstreams, "models": models}
+    return {
+        "discover": False,
+        "store": "none",
+        "retry_backoff": 0.01,
+        "upstreams": upstreams,
+        "models": models,
+    }
 
 
 @asynccontextmanager
-async def gateway(fakes: dict[str, FakeUpstream | None], flags: dict[str, Any]) -> AsyncIterator[
-    tuple[httpx.AsyncClient, GatewayApp]
-]:
+async def gateway(
+    fakes: dict[str, FakeUpstream | None], flags: dict[str, Any]
+) -> AsyncIterator[tuple[httpx.AsyncClient, GatewayApp]]:
     app = build_app(load_settings(flags, environ={}), transport=ByHost(fakes), environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
+    ) as client:
         yield client, app
 
 
-async def ask(client: httpx.AsyncClient, conversation: str | None = None, model: str = "coder", text: str = "hi") -> httpx.Response:
+async def ask(
+    client: httpx.AsyncClient, conversation: str | None = None, model: str = "coder", text: str = "hi"
+) -> httpx.Response:
     body: dict[str, Any] = {"model": model, "input": text}
     if conversation is not None:
         body["prompt_cache_key"] = conversation
@@ -103,7 +113,9 @@ async def test_a_dead_member_fails_over_at_once_cools_down_and_health_says_so() 
 
 
 async def test_a_5xx_fails_over_but_a_bad_request_does_not() -> None:
-    failing = FakeUpstream([error_reply(500, openai_error("boom", error_type="server_error"))] * 3, models=["m"])
+    failing = FakeUpstream(
+        [error_reply(500, openai_error("boom", error_type="server_error"))] * 3, models=["m"]
+    )
     fakes: dict[str, FakeUpstream | None] = {"a": failing, "b": named("b")}
     async with gateway(fakes, config(["a", "b"], sticky=False, balance="round_robin")) as (client, _):
         assert answer(await ask(client)) == "from b"
@@ -126,7 +138,10 @@ async def test_a_context_too_long_is_answered_by_the_fallback_route(caplog: pyte
         response = await ask(client, "conv")
         metrics = (await client.get("/metrics")).text
     assert answer(response) == "from big" and response.json()["model"] == "coder"  # the model asked for
-    assert (response.headers["x-codexgate-route"], response.headers["x-codexgate-upstream"]) == ("coder-big", "big")
+    assert (response.headers["x-codexgate-route"], response.headers["x-codexgate-upstream"]) == (
+        "coder-big",
+        "big",
+    )
     assert any("route=coder-big" in line and "upstream=big" in line for line in caplog.messages)
     assert 'codexgate_fallbacks_total{route="coder",to_route="coder-big"} 1.0' in metrics
 

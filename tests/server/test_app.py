@@ -464,9 +464,16 @@ async def test_an_upstream_that_never_answers_fails_after_the_idle_timeout() -> 
         await asyncio.sleep(30)  # accepts the request, never sends headers
 
     transport = ASGIUpstreamTransport(silent)
-    settings = load_settings({"upstream": UPSTREAM, "discover": False, "idle_timeout": 0.2, "connect_timeout": 0.1,
-                              "max_retries": 0},
-                             environ={})
+    settings = load_settings(
+        {
+            "upstream": UPSTREAM,
+            "discover": False,
+            "idle_timeout": 0.2,
+            "connect_timeout": 0.1,
+            "max_retries": 0,
+        },
+        environ={},
+    )
     app = build_app(settings, transport=transport, environ={})
     async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
         async with asyncio.timeout(10):

@@ -36,7 +36,10 @@ async def chat_client(script: Any) -> AsyncIterator[tuple[openai.AsyncOpenAI, Fa
     app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
     http = httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw/v1", timeout=10)
     async with http:
-        yield openai.AsyncOpenAI(api_key="unused", base_url="http://gw/v1", http_client=http, max_retries=0), fake
+        yield (
+            openai.AsyncOpenAI(api_key="unused", base_url="http://gw/v1", http_client=http, max_retries=0),
+            fake,
+        )
 
 
 async def test_a_streamed_answer_reads_as_the_sdk_expects() -> None:
@@ -50,7 +53,9 @@ async def test_a_streamed_answer_reads_as_the_sdk_expects() -> None:
         chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    reasoning = "".join(
+        getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices
+    )
     assert (text, reasoning) == ("Hello there!", "The user greets me.")
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["stop"]
@@ -72,7 +77,11 @@ async def test_a_tool_call_and_its_result_make_a_conversation() -> None:
         first = await client.chat.completions.create(model="qwen", messages=messages, tools=[WEATHER])
         call = the_tool_call(first)
         assert first.choices[0].message.content == "Let me check."
-        assert (call.id, call.function.name, call.function.arguments) == ("call_w1", "get_weather", '{"city": "Oslo"}')
+        assert (call.id, call.function.name, call.function.arguments) == (
+            "call_w1",
+            "get_weather",
+            '{"city": "Oslo"}',
+        )
         messages += with_tool_result(first, "21 C, sunny")
         second = await client.chat.completions.create(model="qwen", messages=messages, tools=[WEATHER])
     assert second.choices[0].message.content == "Sunny in Oslo."
@@ -131,7 +140,9 @@ async def test_what_cannot_be_honoured_is_a_400_naming_the_field(extra: dict[str
 
 
 async def test_an_upstream_error_before_the_stream_is_an_http_error_the_sdk_raises() -> None:
-    overflow = error_reply(400, openai_error("maximum context length is 10 tokens", code="context_length_exceeded"))
+    overflow = error_reply(
+        400, openai_error("maximum context length is 10 tokens", code="context_length_exceeded")
+    )
     async with chat_client([overflow]) as (client, _):
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(

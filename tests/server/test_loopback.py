@@ -78,7 +78,11 @@ def test_a_client_that_accepts_zstd_and_gzip_gets_a_plain_stream_as_it_is_made()
         run_asgi_server(fake) as upstream,
         serve_process("--upstream", upstream + "/v1", "--no-discover") as gw,
         httpx.stream(
-            "POST", gw.base + "/v1/responses", json=request, headers={"accept-encoding": "zstd,gzip"}, timeout=10
+            "POST",
+            gw.base + "/v1/responses",
+            json=request,
+            headers={"accept-encoding": "zstd,gzip"},
+            timeout=10,
         ) as response,
     ):
         raw = b""
@@ -103,7 +107,9 @@ def test_websocket_mode_is_served_on_the_real_server() -> None:
         with ws_connect(base + "/v1/responses", open_timeout=10) as ws:
             ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}).decode())
             frame = orjson.loads(ws.recv(timeout=30))
-    assert other.value.response.status_code == 426  # no WebSocket mode there: Codex falls back to HTTP at once
+    assert (
+        other.value.response.status_code == 426
+    )  # no WebSocket mode there: Codex falls back to HTTP at once
     assert frame["type"] == "error" and frame["error"]["code"] == "upstream_unreachable"
 
 

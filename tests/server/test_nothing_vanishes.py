@@ -25,7 +25,9 @@ async def gateway(script: Any = ()) -> AsyncIterator[tuple[httpx.AsyncClient, Fa
     fake = FakeUpstream(script)
     settings = load_settings({"discover": False, "upstream": "http://upstream.test/v1"}, environ={})
     app = build_app(settings, transport=ASGIUpstreamTransport(fake), environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
+    ) as client:
         yield client, fake
 
 
@@ -73,19 +75,32 @@ async def test_a_pdf_a_client_sends_reaches_the_model_as_its_text() -> None:
     [
         ({"type": "input_file", "file_id": "file-abc"}, "unsupported_file"),
         ({"type": "input_file", "file_url": "https://example.com/a.pdf"}, "unsupported_file"),
-        ({"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}, "unsupported_file"),
         (
-            {"type": "input_file", "filename": "scan.pdf", "file_data": base64.b64encode(text_pdf([[]])).decode()},
+            {"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="},
+            "unsupported_file",
+        ),
+        (
+            {
+                "type": "input_file",
+                "filename": "scan.pdf",
+                "file_data": base64.b64encode(text_pdf([[]])).decode(),
+            },
             "file_without_text",
         ),
     ],
 )
-async def test_a_file_the_model_could_not_read_is_a_400_naming_the_part(file_part: dict[str, Any], code: str) -> None:
+async def test_a_file_the_model_could_not_read_is_a_400_naming_the_part(
+    file_part: dict[str, Any], code: str
+) -> None:
     async with gateway() as (client, fake):
         response = await client.post("/v1/responses", json={**file_input_request(file_part), "stream": True})
     assert response.status_code == 400
     error = response.json()["error"]
-    assert (error["param"], error["code"], error["type"]) == ("input[0].content[1]", code, "invalid_request_error")
+    assert (error["param"], error["code"], error["type"]) == (
+        "input[0].content[1]",
+        code,
+        "invalid_request_error",
+    )
     assert fake.requests == []
 
 
@@ -93,7 +108,11 @@ async def test_a_file_the_model_could_not_read_is_a_400_naming_the_part(file_par
     "body,param",
     [
         (
-            {"input": [{"type": "message", "role": "user", "content": [{"type": "input_txt", "text": "typo"}]}]},
+            {
+                "input": [
+                    {"type": "message", "role": "user", "content": [{"type": "input_txt", "text": "typo"}]}
+                ]
+            },
             "input[0].content[0].type",
         ),
         ({"input": [{"role": "user", "content": [{"text": "no type"}]}]}, "input[0].content[0].type"),
@@ -102,7 +121,9 @@ async def test_a_file_the_model_could_not_read_is_a_400_naming_the_part(file_par
         ({"input": "hi", "tool_choice": {"type": "function", "name": "missing"}}, "tool_choice.name"),
     ],
 )
-async def test_what_used_to_vanish_is_a_400_before_the_upstream_is_called(body: dict[str, Any], param: str) -> None:
+async def test_what_used_to_vanish_is_a_400_before_the_upstream_is_called(
+    body: dict[str, Any], param: str
+) -> None:
     async with gateway() as (client, fake):
         response = await client.post("/v1/responses", json={"model": "m", "stream": True, **body})
     assert response.status_code == 400 and response.json()["error"]["param"] == param

@@ -173,7 +173,9 @@ async def test_a_chain_continues_after_a_restart(tmp_path: Path) -> None:
 
 def serving_from(upstream: str, store_path: Path) -> AbstractContextManager[ServedGateway]:
     """`codexgate serve` with its store at `store_path`."""
-    return serve_process("--no-discover", "--upstream", upstream, env={"CODEXGATE_STORE_PATH": str(store_path)})
+    return serve_process(
+        "--no-discover", "--upstream", upstream, env={"CODEXGATE_STORE_PATH": str(store_path)}
+    )
 
 
 def test_what_was_acknowledged_survives_kill_9(tmp_path: Path) -> None:

@@ -93,7 +93,10 @@ async def test_silence_between_events_names_the_idle_timeout() -> None:
         events = await stream_events(client, {"model": "m", "input": "x"})
     error = terminal(events)["response"]["error"]
     assert error["code"] == "upstream_timeout"
-    assert error["message"] == "upstream 'default' (http://upstream.test/v1) sent nothing for 0.2 seconds (idle timeout)."
+    assert (
+        error["message"]
+        == "upstream 'default' (http://upstream.test/v1) sent nothing for 0.2 seconds (idle timeout)."
+    )
 
 
 def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeout() -> None:
@@ -137,7 +140,9 @@ async def _waits_between_attempts(inner: ASGIUpstreamTransport) -> list[float]:
     timed = _Timed(inner)
     flags = {"upstream": UPSTREAM, "discover": False, "retry_backoff": 0.1, "max_retries": 3}
     app = build_app(load_settings(flags, environ={}), transport=timed, environ={})
-    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=StreamingASGITransport(app), base_url="http://gw", timeout=10
+    ) as client:
         response = await client.post("/v1/responses", json={"model": "m", "input": "x"})
     assert response.status_code == 502
     return [later - earlier for earlier, later in zip(timed.times, timed.times[1:], strict=False)]

@@ -168,7 +168,9 @@ def test_an_address_that_is_not_this_machine_s_says_so() -> None:
     from codexgate.config import ConfigError
     from codexgate.server.workers import check_address
 
-    with pytest.raises(ConfigError, match="192.0.2.1 is not an address of this machine; give one with --host"):
+    with pytest.raises(
+        ConfigError, match="192.0.2.1 is not an address of this machine; give one with --host"
+    ):
         check_address("192.0.2.1", 8787)
     check_address("127.0.0.1", 0)  # any free port: nothing to check
 

@@ -161,7 +161,9 @@ async def test_names_with_separators_survive_the_ledger(meter: Meter) -> None:
     assert await meter.usage("a b:c", "2026-03-01", "2026-03-01") == [odd]
 
 
-async def test_sqlite_admits_without_waiting_on_the_loop_when_another_writer_holds_the_file(tmp_path: Path) -> None:
+async def test_sqlite_admits_without_waiting_on_the_loop_when_another_writer_holds_the_file(
+    tmp_path: Path,
+) -> None:
     """The event loop's connection takes the lock only when it is free at once; held by another
     process, the admission waits on the writer thread while the loop goes on."""
     import sqlite3

@@ -97,7 +97,9 @@ def test_two_processes_enforce_a_keys_limits_together(
         )  # fmt: skip
         assert post(two, CAROL).status_code == 200  # the slots were freed
         ours = ("alice", "bob", "carol")  # the server may hold other tests' rows
-        wait_until(lambda: sum(r["requests"] for r in usage_of(two, BOB, "?key=*") if r["key"] in ours) == 9, 10)
+        wait_until(
+            lambda: sum(r["requests"] for r in usage_of(two, BOB, "?key=*") if r["key"] in ours) == 9, 10
+        )
         rows = usage_of(one, BOB, "?key=*")
     by_key = {r["key"]: r for r in rows}
     assert (by_key["alice"]["requests"], by_key["alice"]["input_tokens"], by_key["alice"]["cached_tokens"]) == (
@@ -113,6 +115,8 @@ def slow_or_counted(body: dict[str, Any]) -> Any:
     return answer_with_usage(body)
 
 
-def limited_gateway(upstream: str, store: str, url: str, config: Path) -> AbstractContextManager[ServedGateway]:
+def limited_gateway(
+    upstream: str, store: str, url: str, config: Path
+) -> AbstractContextManager[ServedGateway]:
     env = {"CODEXGATE_STORE": store, "CODEXGATE_STORE_URL": url, **KEY_ENV}
     return serve_process("--no-discover", "--upstream", upstream, "--config", str(config), env=env)

@@ -230,9 +230,7 @@ class ASGIExchange:
             if item is _CLOSED:
                 raise BodyIncomplete("response closed")
             if isinstance(item, _Cut):
-                raise BodyIncomplete(
-                    "ASGI app stopped without finishing the response body", item.error
-                )
+                raise BodyIncomplete("ASGI app stopped without finishing the response body", item.error)
             assert isinstance(item, bytes)
             yield item
 
@@ -309,9 +307,7 @@ class ASGIExchange:
             if self.response_started:
                 raise RuntimeError("ASGI app sent 'http.response.start' twice")
             self.status = int(message["status"])
-            self.headers = [
-                (bytes(name).lower(), bytes(value)) for name, value in message.get("headers", ())
-            ]
+            self.headers = [(bytes(name).lower(), bytes(value)) for name, value in message.get("headers", ())]
             self.response_started = True
             self._start_future.set_result(None)
         elif kind == "http.response.body":

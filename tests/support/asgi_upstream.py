@@ -42,10 +42,7 @@ class ASGIUpstreamResponse:
         self.status = exchange.status
         # Case-insensitive like aiohttp's response headers (which are a CIMultiDictProxy too).
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(
-            CIMultiDict(
-                (name.decode("latin-1"), value.decode("latin-1"))
-                for name, value in exchange.headers
-            )
+            CIMultiDict((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers)
         )
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
@@ -53,9 +50,7 @@ class ASGIUpstreamResponse:
             async for chunk in self._exchange.body():
                 yield chunk
         except BodyIncomplete as exc:
-            raise UpstreamConnectError(f"upstream connection broke: {exc}") from (
-                exc.app_error or exc
-            )
+            raise UpstreamConnectError(f"upstream connection broke: {exc}") from (exc.app_error or exc)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
@@ -118,21 +113,22 @@ class ASGIUpstreamTransport:
 
     async def open(self, request: HttpRequest) -> ASGIUpstreamResponse:
         method, url, headers, body, connect_timeout = (
-            request.method, request.url, request.headers, body_bytes(request.body), request.connect_timeout
+            request.method,
+            request.url,
+            request.headers,
+            body_bytes(request.body),
+            request.connect_timeout,
         )
         if self.connect_delay:
             await asyncio.sleep(min(self.connect_delay, connect_timeout))
             if self.connect_delay > connect_timeout:
                 raise UpstreamTimeout(f"connecting to {url} timed out")
         if self.app is None or self.fail_connect:
-            raise UpstreamConnectError(
-                f"cannot reach upstream {url}: connection refused (simulated)"
-            )
+            raise UpstreamConnectError(f"cannot reach upstream {url}: connection refused (simulated)")
 
         parts = urlsplit(url)
         raw_headers = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in headers.items()
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
         ]
         present = {name for name, _ in raw_headers}
         if b"host" not in present:
@@ -153,9 +149,9 @@ class ASGIUpstreamTransport:
         try:
             await exchange.start()
         except AppFailedBeforeStart as exc:
-            raise UpstreamConnectError(
-                f"upstream connection broke before the headers: {exc}"
-            ) from (exc.app_error or exc)
+            raise UpstreamConnectError(f"upstream connection broke before the headers: {exc}") from (
+                exc.app_error or exc
+            )
         response = ASGIUpstreamResponse(exchange, url)
         self.responses.append(response)
         return response

@@ -50,7 +50,9 @@ async def open_chat(
     transport: ASGIUpstreamTransport, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> ASGIUpstreamResponse:
     return await transport.open(
-        HttpRequest("POST", UPSTREAM, headers or {"Content-Type": "application/json"}, orjson.dumps(body), 5.0)
+        HttpRequest(
+            "POST", UPSTREAM, headers or {"Content-Type": "application/json"}, orjson.dumps(body), 5.0
+        )
     )
 
 

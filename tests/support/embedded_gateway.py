@@ -29,7 +29,9 @@ async def gateway(flags: dict[str, Any], timeout: float = 30) -> AsyncIterator[h
             yield client
 
 
-async def health_when(client: httpx.AsyncClient, check: Callable[[Health], bool], seconds: float = 30) -> Health:
+async def health_when(
+    client: httpx.AsyncClient, check: Callable[[Health], bool], seconds: float = 30
+) -> Health:
     """`/healthz` once `check` holds for it, polled; fails the test after `seconds`."""
     deadline = time.monotonic() + seconds
     while True:

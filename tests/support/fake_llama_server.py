@@ -140,7 +140,12 @@ def serve(argv: list[str], alias: str, host: str, port: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    serve(argv, _flag(argv, "--alias", "fake"), _flag(argv, "--host", "127.0.0.1"), int(_flag(argv, "--port", "8080")))
+    serve(
+        argv,
+        _flag(argv, "--alias", "fake"),
+        _flag(argv, "--host", "127.0.0.1"),
+        int(_flag(argv, "--port", "8080")),
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ async def gateway_over(
     `environ`, both served (the gateway with its lifespan); yields the gateway's URL."""
     environ = dict(environ or {})
     async with arun_asgi_server(upstream) as upstream_url:
-        settings = load_settings({"upstream": upstream_url + "/v1", "discover": False, **flags}, environ=environ)
+        settings = load_settings(
+            {"upstream": upstream_url + "/v1", "discover": False, **flags}, environ=environ
+        )
         async with arun_asgi_server(build_app(settings, environ=environ), lifespan="on") as url:
             yield url
 

@@ -91,6 +91,7 @@ _LOCAL_EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
 
 EXTENSION_EVENT_TYPES = frozenset({*_RENAMED_SPEC_EVENTS, *_LOCAL_EVENT_SCHEMAS})
 
+
 def extension_item_schema(
     type_: str, required: Mapping[str, Any], optional: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -140,9 +141,7 @@ def schema_validator(name: str) -> Draft202012Validator:
     """Compiled validator for ``components.schemas[name]``."""
     if name not in _schemas():
         raise KeyError(f"spec has no schema {name!r}")
-    return Draft202012Validator(
-        {"$ref": f"{_SPEC_URI}{_SCHEMA_PREFIX}{name}"}, registry=_registry()
-    )
+    return Draft202012Validator({"$ref": f"{_SPEC_URI}{_SCHEMA_PREFIX}{name}"}, registry=_registry())
 
 
 def _type_values(schema: Mapping[str, Any]) -> list[str]:
@@ -246,18 +245,14 @@ def _leaf_errors(error: ValidationError) -> list[tuple[ValidationError, str]]:
                 str(value)
                 for sub in error.context
                 if sub.validator in ("enum", "const") and list(sub.relative_path) == ["type"]
-                for value in (
-                    sub.validator_value if sub.validator == "enum" else [sub.validator_value]
-                )
+                for value in (sub.validator_value if sub.validator == "enum" else [sub.validator_value])
             }
         )
         got = error.instance.get("type") if isinstance(error.instance, dict) else None
         if allowed and got is not None:
             hint = f" (type {got!r} is not one of the allowed {allowed})"
         else:
-            hint = (
-                f" (no {error.validator} branch fits; closest: {best_match(error.context).message})"
-            )
+            hint = f" (no {error.validator} branch fits; closest: {best_match(error.context).message})"
         return [(error, hint)]
     leaves: list[tuple[ValidationError, str]] = []
     for errs in candidates:
@@ -330,9 +325,7 @@ def _response_errors(resource: Any) -> list[ValidationError]:
         if len(err.path) >= 2 and err.path[0] == "output" and isinstance(err.path[1], int):
             err.path[1] = index_map[err.path[1]]
     for i, item in ext:
-        errors += _with_prefix(
-            _errors(_extension_item_validator(item["type"]), item), ["output", i]
-        )
+        errors += _with_prefix(_errors(_extension_item_validator(item["type"]), item), ["output", i])
     return errors
 
 
@@ -367,9 +360,7 @@ def _event_errors(event: Any) -> tuple[str, list[ValidationError]]:
             f"spec types: {known}; event: {_short(event)}"
         )
     label = spec_name or f"{event_type} (Codex extension)"
-    validator = (
-        schema_validator(spec_name) if spec_name else _extension_event_validator(str(event_type))
-    )
+    validator = schema_validator(spec_name) if spec_name else _extension_event_validator(str(event_type))
 
     # Substructures that may carry extension items are validated separately.
     item = event.get("item")
@@ -656,8 +647,7 @@ class _StreamChecker:
             if key not in self.parts_open:
                 self.fail(
                     i,
-                    f"{kind} part {key[2]!r} of output_index {key[1]!r} "
-                    f"is done without {added_type}",
+                    f"{kind} part {key[2]!r} of output_index {key[1]!r} is done without {added_type}",
                 )
                 return
             del self.parts_open[key]
@@ -687,9 +677,7 @@ class _StreamChecker:
                 continue
             fam = _FAMILY_BY_TYPE[family_delta]
             if done_value is _MISSING:
-                self.fail(
-                    i, f"{fam.delta} for output_index {oi} index {idx!r} never got {fam.done}"
-                )
+                self.fail(i, f"{fam.delta} for output_index {oi} index {idx!r} never got {fam.done}")
                 continue
             final = fam.final(item, idx)
             if final is not _MISSING and final != done_value:
@@ -722,9 +710,7 @@ class _StreamChecker:
 
     def check_terminal_output(self) -> None:
         last = self.events[-1]
-        if last.get("type") not in TERMINAL_EVENT_TYPES or not isinstance(
-            last.get("response"), dict
-        ):
+        if last.get("type") not in TERMINAL_EVENT_TYPES or not isinstance(last.get("response"), dict):
             return
         output = last["response"].get("output")
         expected = [self.done[oi] for oi in sorted(self.done)]
@@ -768,13 +754,11 @@ def validate_stream(events: Sequence[dict[str, Any]]) -> None:
             schema_problems.append(f"event #{i}: {exc}")
     if schema_problems:
         raise AssertionError(
-            f"{len(schema_problems)} of {len(events)} events are invalid:\n"
-            + "\n".join(schema_problems)
+            f"{len(schema_problems)} of {len(events)} events are invalid:\n" + "\n".join(schema_problems)
         )
     checker = _StreamChecker(events)
     problems = checker.run()
     if problems:
         raise AssertionError(
-            f"stream of {len(events)} events breaks {len(problems)} invariant(s):\n"
-            + "\n".join(problems)
+            f"stream of {len(events)} events breaks {len(problems)} invariant(s):\n" + "\n".join(problems)
         )

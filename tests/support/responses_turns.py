@@ -23,7 +23,9 @@ UPSTREAM = "openai"  # the upstream's configured name, which reasoning blobs are
 # The Open Responses spec has no hosted tool calls: OpenAI's `web_search_call`, which the
 # backend passes through whole, is checked against OpenAI's shape (register it in
 # openresponses.EXTENSION_ITEM_SCHEMAS for a test).
-WEB_SEARCH_CALL_SCHEMA = extension_item_schema("web_search_call", {"status": STRING}, {"action": {"type": "object"}})
+WEB_SEARCH_CALL_SCHEMA = extension_item_schema(
+    "web_search_call", {"status": STRING}, {"action": {"type": "object"}}
+)
 
 
 def make_turn(

@@ -36,9 +36,10 @@ async def test_streaming_client_delivers_chunks_before_the_app_finishes() -> Non
         app_finished = True
 
     transport = StreamingASGITransport(app)
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(
-        transport=transport, base_url="http://gw"
-    ) as client:
+    async with (
+        asyncio.timeout(TIMEOUT),
+        httpx.AsyncClient(transport=transport, base_url="http://gw") as client,
+    ):
         async with client.stream("GET", "/events") as response:
             assert response.status_code == 200 and response.headers["X-A"] == "1"
             chunks = aiter(response.aiter_raw())
@@ -152,12 +153,11 @@ async def test_streaming_client_passes_the_request_through() -> None:
         for part in (b"streamed ", b"request ", b"body"):
             yield part
 
-    async with asyncio.timeout(TIMEOUT), httpx.AsyncClient(
-        transport=StreamingASGITransport(echo), base_url="http://gw:8080"
-    ) as client:
-        response = await client.post(
-            "/v1/a%20b?x=1&y=2", content=upload(), headers={"X-Mixed-Case": "v"}
-        )
+    async with (
+        asyncio.timeout(TIMEOUT),
+        httpx.AsyncClient(transport=StreamingASGITransport(echo), base_url="http://gw:8080") as client,
+    ):
+        response = await client.post("/v1/a%20b?x=1&y=2", content=upload(), headers={"X-Mixed-Case": "v"})
     assert response.status_code == 201 and response.content == b"streamed request body"
     scope = seen["scope"]
     assert scope["method"] == "POST" and scope["path"] == "/v1/a b"

@@ -194,9 +194,7 @@ async def test_non_streamed_tool_calls() -> None:
 
 async def test_error_replies() -> None:
     body = openai_error("Rate limit reached", error_type="rate_limit_error", code="rate_limit")
-    upstream, response, pieces = await chat(
-        [error_reply(429, body, {"Retry-After": "2"})], chat_body()
-    )
+    upstream, response, pieces = await chat([error_reply(429, body, {"Retry-After": "2"})], chat_body())
     assert response.status == 429
     assert response.headers["retry-after"] == "2"
     assert response.headers["content-type"] == "application/json"
@@ -208,7 +206,7 @@ async def test_error_replies() -> None:
 
 
 async def test_raw_reply_sends_exact_bytes() -> None:
-    raw = [b"data: {\"partial\":", b" true}\n\n", b": keep-alive\n\n", b"data: [DONE]\n\n"]
+    raw = [b'data: {"partial":', b" true}\n\n", b": keep-alive\n\n", b"data: [DONE]\n\n"]
     _, response, pieces = await chat([raw_reply(raw, headers={"x-custom": "1"})], chat_body())
     assert pieces == raw
     assert response.headers["X-Custom"] == "1" and "content-type" not in response.headers
@@ -279,9 +277,7 @@ async def test_callable_script_answers_by_conversation() -> None:
             {"role": "assistant", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call["id"], "content": "README.md"},
         ]
-        second = await (
-            await open_chat(transport, chat_body(stream=False, messages=messages))
-        ).read()
+        second = await (await open_chat(transport, chat_body(stream=False, messages=messages))).read()
     assert orjson.loads(second)["choices"][0]["message"]["content"] == "done: README.md"
     with pytest.raises(TypeError):
         upstream.add(text_reply("x"))

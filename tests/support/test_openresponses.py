@@ -128,9 +128,7 @@ def test_event_type_map_is_read_from_spec() -> None:
 
 def test_accepts_allow_listed_codex_events() -> None:
     loc = {"sequence_number": 3, "item_id": "rs_1", "output_index": 0}
-    validate_event(
-        {"type": "response.reasoning_text.delta", **loc, "content_index": 0, "delta": "x"}
-    )
+    validate_event({"type": "response.reasoning_text.delta", **loc, "content_index": 0, "delta": "x"})
     validate_event({"type": "response.reasoning_text.done", **loc, "content_index": 0, "text": "x"})
     validate_event({"type": "response.custom_tool_call_input.delta", **loc, "delta": "*** Begin"})
     validate_event({"type": "response.custom_tool_call_input.done", **loc, "input": "*** Begin"})

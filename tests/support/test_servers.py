@@ -39,9 +39,10 @@ def test_run_asgi_server_serves_over_tcp() -> None:
 async def test_aiohttp_streams_from_a_served_fake_upstream() -> None:
     upstream = FakeUpstream([text_reply("streamed", delay_between_chunks=0.01)])
     async with arun_asgi_server(upstream) as base_url, aiohttp.ClientSession() as session:
-        async with asyncio.timeout(TIMEOUT), session.post(
-            base_url + "/v1/chat/completions", json=chat_body()
-        ) as response:
+        async with (
+            asyncio.timeout(TIMEOUT),
+            session.post(base_url + "/v1/chat/completions", json=chat_body()) as response,
+        ):
             pieces = [piece async for piece in response.content.iter_any()]
     assert len(pieces) > 1
     chunks, done = chunks_of(b"".join(pieces))

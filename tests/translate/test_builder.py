@@ -148,6 +148,8 @@ def test_an_item_passed_through_takes_its_place_among_the_others() -> None:
     b.text("found")
     b.finish(USAGE)
     events += b.take()
-    done = [(e["output_index"], e["item"]["type"]) for e in events if e["type"] == "response.output_item.done"]
+    done = [
+        (e["output_index"], e["item"]["type"]) for e in events if e["type"] == "response.output_item.done"
+    ]
     assert done == [(0, "message"), (1, "web_search_call"), (2, "message")]
     assert events[-1]["response"]["output"][1] is search

@@ -296,9 +296,28 @@ def test_a_stage_without_feed_text_gets_feed() -> None:
 
 
 _CODEY = [
-    "def f(a: list[int]) -> dict[str, int]:", "{", "}", "[", "]", "<", ">", "`", "```", "\n", "  ",
-    " x < y ", "<tool_call>", '{"name": "shell", "arguments": {"cmd": "ls"}}', "</tool_call>",
-    "[TOOL_CALLS]", "<function=shell>", "<|python_tag|>", "words", " and ", "\n\n", "\t",
+    "def f(a: list[int]) -> dict[str, int]:",
+    "{",
+    "}",
+    "[",
+    "]",
+    "<",
+    ">",
+    "`",
+    "```",
+    "\n",
+    "  ",
+    " x < y ",
+    "<tool_call>",
+    '{"name": "shell", "arguments": {"cmd": "ls"}}',
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "<function=shell>",
+    "<|python_tag|>",
+    "words",
+    " and ",
+    "\n\n",
+    "\t",
 ]
 
 

@@ -67,7 +67,9 @@ def test_a_pdf_is_known_by_its_name_or_its_first_bytes_when_no_media_type_says()
 )
 def test_text_files_are_read_as_utf8_by_media_type_or_name(media_type: str, filename: str | None) -> None:
     content = "name,städte\nx,1\n"
-    file_data = data_url(media_type, content.encode()) if media_type else base64.b64encode(content.encode()).decode()
+    file_data = (
+        data_url(media_type, content.encode()) if media_type else base64.b64encode(content.encode()).decode()
+    )
     text = file_text(part(file_data, filename), PARAM)
     name = filename or "file"
     assert text == f"--- file: {name} ---\n{content}--- end of {name} ---"

@@ -82,7 +82,10 @@ def test_an_unreadable_file_is_refused_with_the_indices_of_the_request() -> None
     [
         ({"type": "input_txt", "text": "typo"}, "input[0].content[0].type"),
         ({"text": "no type"}, "input[0].content[0].type"),
-        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "input[0].content[0].type"),
+        (
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+            "input[0].content[0].type",
+        ),
         ({"type": "input_video", "video_url": "https://v"}, "input[0].content[0].type"),
         ({"type": "input_text"}, "input[0].content[0].text"),
         ({"type": "refusal"}, "input[0].content[0].refusal"),
@@ -114,7 +117,9 @@ def test_an_image_where_a_chat_upstream_takes_none_is_refused_not_dropped(role: 
 
 
 def test_files_are_text_so_they_may_be_in_any_role() -> None:
-    sent = messages(message("developer", pdf_part([["house rules"]], "rules.pdf")), message("user", text("hi")))
+    sent = messages(
+        message("developer", pdf_part([["house rules"]], "rules.pdf")), message("user", text("hi"))
+    )
     assert sent[0]["role"] == "system" and "house rules" in sent[0]["content"]
 
 
@@ -122,7 +127,11 @@ def test_codex_tool_outputs_with_plain_encrypted_content_are_read_and_opaque_one
     call = {"type": "function_call", "call_id": "c", "name": "spawn_agent", "arguments": "{}"}
 
     def output(blob: str) -> dict[str, Any]:
-        return {"type": "function_call_output", "call_id": "c", "output": [{"type": "encrypted_content", "encrypted_content": blob}]}
+        return {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": [{"type": "encrypted_content", "encrypted_content": blob}],
+        }
 
     sent = messages(message("user", text("go")), call, output("The worker said PONG."))
     assert sent[-1]["content"] == "The worker said PONG."

@@ -42,7 +42,11 @@ def test_allowed_tools_advertises_only_the_tools_it_allows_with_its_mode() -> No
     choice = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "write"}]}
     body = chat(tools=[READ, WRITE], tool_choice=choice)
     assert names(body) == ["write"] and body["tool_choice"] == "required"
-    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "spawn", "namespace": "agents"}, {"type": "web_search"}]}
+    choice = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "spawn", "namespace": "agents"}, {"type": "web_search"}],
+    }
     body = chat(tools=[READ, SPAWN_NS, {"type": "web_search"}], tool_choice=choice)
     assert names(body) == ["agents__spawn"] and body["tool_choice"] == "auto"
 
@@ -60,7 +64,9 @@ def test_a_tool_list_is_encoded_once_for_every_request_that_sends_it() -> None:
 
 
 def test_a_named_tool_choice_forces_its_function_under_the_name_the_model_is_shown() -> None:
-    body = chat(tools=[READ, SPAWN_NS], tool_choice={"type": "function", "name": "spawn", "namespace": "agents"})
+    body = chat(
+        tools=[READ, SPAWN_NS], tool_choice={"type": "function", "name": "spawn", "namespace": "agents"}
+    )
     assert body["tool_choice"] == {"type": "function", "function": {"name": "agents__spawn"}}
     body = chat(tools=[{"type": "tool_search", "execution": "client"}], tool_choice={"type": "tool_search"})
     assert body["tool_choice"] == {"type": "function", "function": {"name": "tool_search"}}
@@ -74,11 +80,21 @@ def test_a_named_tool_choice_forces_its_function_under_the_name_the_model_is_sho
         ([{"type": "file_search"}], {"type": "file_search"}, "tool_choice.type"),
         ([], "required", "tool_choice"),
         ([{"type": "web_search"}], "required", "tool_choice"),
-        ([READ], {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]}, "tool_choice.tools[0].name"),
-        ([READ, {"type": "web_search"}], {"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]}, "tool_choice.tools"),
+        (
+            [READ],
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]},
+            "tool_choice.tools[0].name",
+        ),
+        (
+            [READ, {"type": "web_search"}],
+            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]},
+            "tool_choice.tools",
+        ),
     ],
 )
-def test_a_tool_choice_a_chat_upstream_cannot_honour_is_refused(tools: list[Any], choice: Any, param: str) -> None:
+def test_a_tool_choice_a_chat_upstream_cannot_honour_is_refused(
+    tools: list[Any], choice: Any, param: str
+) -> None:
     assert refused_param(tools=tools, tool_choice=choice) == param
 
 
@@ -107,7 +123,11 @@ def test_fields_that_change_nothing_on_a_chat_upstream_are_accepted() -> None:
 
 def test_penalties_and_logit_bias_are_carried() -> None:
     body = chat(presence_penalty=0.5, frequency_penalty=0.25, logit_bias={"42": -100})
-    assert (body["presence_penalty"], body["frequency_penalty"], body["logit_bias"]) == (0.5, 0.25, {"42": -100})
+    assert (body["presence_penalty"], body["frequency_penalty"], body["logit_bias"]) == (
+        0.5,
+        0.25,
+        {"42": -100},
+    )
 
 
 def test_a_codex_request_is_translated_whole() -> None:

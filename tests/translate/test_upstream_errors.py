@@ -37,7 +37,12 @@ def err(message: str, code: object = None, kind: object = None) -> dict[str, obj
         (404, {"detail": "Not Found"}, UpstreamWrongURL, "upstream_wrong_url"),
         (404, b"404 page not found", UpstreamWrongURL, "upstream_wrong_url"),
         (404, err("no such thing", code="model_not_found"), UpstreamModelNotFound, "model_not_found"),
-        (404, err("The model `x` does not exist.", kind="NotFoundError"), UpstreamModelNotFound, "model_not_found"),
+        (
+            404,
+            err("The model `x` does not exist.", kind="NotFoundError"),
+            UpstreamModelNotFound,
+            "model_not_found",
+        ),
         (500, b"<html>oops</html>", UpstreamServerError, "upstream_error"),
         (413, b"too big", ContextLengthExceeded, "context_length_exceeded"),
         (422, {"detail": [{"msg": "field required"}]}, UpstreamBadRequest, "invalid_request_error"),

@@ -15,7 +15,10 @@ from codexgate.wire.checks import decode_json_object
         (b"not json", "The frame is not JSON: it starts with 'not json', where a JSON object starts with {."),
         (b"nope", "The frame is not JSON: it starts with 'nope', where a JSON object starts with {."),
         (b"  ", "The frame is empty: send a JSON object."),
-        (b'{"model": "m", ', "The frame is not complete JSON: it ends (line 1, column 16) before the JSON does."),
+        (
+            b'{"model": "m", ',
+            "The frame is not complete JSON: it ends (line 1, column 16) before the JSON does.",
+        ),
         (b'{"a": 1,}', "The frame is not valid JSON at line 1, column 8, near '{\"a\": 1,}'."),
         (b"\xff{}", "The frame is not UTF-8 text (byte 0), so it cannot be JSON."),
         (b"[1, 2]", "The frame must be a JSON object ({...}), not an array."),

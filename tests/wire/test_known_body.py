@@ -86,7 +86,9 @@ def test_a_body_whose_fields_after_the_input_changed_is_decoded_whole(changed: J
     assert splice(orjson.dumps(body([item(n) for n in range(5)], **changed)), known) is None
 
 
-@pytest.mark.parametrize("changed", [{"model": "other-model"}, {"instructions": "be long " * 50}, {"model": "m"}])
+@pytest.mark.parametrize(
+    "changed", [{"model": "other-model"}, {"instructions": "be long " * 50}, {"model": "m"}]
+)
 def test_another_head_before_the_same_items_shares_them(changed: JSON) -> None:
     known = known_of(body([item(n) for n in range(4)]))
     got = spliced(orjson.dumps(body([item(n) for n in range(5)], **changed)), known)
@@ -113,7 +115,11 @@ def codex_like(n: int, meta: JSON, **fields: Any) -> JSON:
 
 def test_only_the_last_field_is_decoded_when_only_it_changed() -> None:
     # Codex's client_metadata, last, names the turn: the tools before it are not decoded again.
-    meta = {"session_id": "s", "x-codex-turn-metadata": '{"turn_id":"t0","sandbox":"ro"}', "nested": {"a": "1", "b": "2"}}
+    meta = {
+        "session_id": "s",
+        "x-codex-turn-metadata": '{"turn_id":"t0","sandbox":"ro"}',
+        "nested": {"a": "1", "b": "2"},
+    }
     known = known_of(codex_like(3, meta))
     assert known.last_field > 0 and "client_metadata" not in known.before_last
     for turn in range(1, 4):

@@ -107,7 +107,7 @@ def test_crlf_split_between_cr_and_lf_is_one_line_ending(ending: str) -> None:
 @pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
 def test_multi_line_data_is_joined_with_newlines(ending: str) -> None:
     e = ending
-    body = f"data: {{\"a\":{e}data: 1}}{e}{e}data: x{e}data:{e}data: y{e}{e}"
+    body = f'data: {{"a":{e}data: 1}}{e}{e}data: x{e}data:{e}data: y{e}{e}'
     assert decode([body.encode()]) == [b'{"a":\n1}', b"x\n\ny"]
     assert orjson.loads(decode([body.encode()])[0]) == {"a": 1}
 
@@ -201,13 +201,27 @@ def test_whole_events_larger_than_the_limit_still_raise() -> None:
 
 def sample_events() -> list[dict]:
     return [
-        {"type": "response.created", "sequence_number": 0,
-         "response": {"id": "resp_1", "status": "in_progress"}},
-        {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0,
-         "content_index": 0, "delta": "line one\nline two\r\n\rthree 😊 \"quoted\" \\ data: no",
-         "logprobs": []},
-        {"type": "response.function_call_arguments.delta", "sequence_number": 2, "item_id": "fc_1",
-         "output_index": 1, "delta": '{"cmd":"echo \\"hi\\"\\n"}'},
+        {
+            "type": "response.created",
+            "sequence_number": 0,
+            "response": {"id": "resp_1", "status": "in_progress"},
+        },
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": 1,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": 'line one\nline two\r\n\rthree 😊 "quoted" \\ data: no',
+            "logprobs": [],
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "sequence_number": 2,
+            "item_id": "fc_1",
+            "output_index": 1,
+            "delta": '{"cmd":"echo \\"hi\\"\\n"}',
+        },
         {"type": "response.completed", "sequence_number": 3, "response": {"id": "resp_1", "usage": None}},
     ]
 

@@ -424,7 +424,6 @@ class GatewayApp:
             ],
         }
 
-
     async def _upstream_models(self) -> list[str]:
         """Every upstream's model ids; an upstream that lists none is asked why (its cached
         reachability), and when none answered, the 503 says, per upstream, what is wrong."""

@@ -97,7 +97,9 @@ async def collect(subscription: ThreadSubscription, count: int, timeout: float =
     return notes
 
 
-async def collect_deltas(subscription: ThreadSubscription, count: int, timeout: float = 10.0) -> list[Notification]:
+async def collect_deltas(
+    subscription: ThreadSubscription, count: int, timeout: float = 10.0
+) -> list[Notification]:
     """A thread's notifications until `count` agent-message deltas came (what came with them too)."""
     notes: list[Notification] = []
     async with asyncio.timeout(timeout):

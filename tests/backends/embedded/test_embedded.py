@@ -150,7 +150,9 @@ async def test_past_the_wait_for_the_download_requests_get_503_saying_how_far(
     assert not runtime_home(tmp_path / "llama").exists()
 
 
-async def test_a_failed_download_is_reported_with_its_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failed_download_is_reported_with_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_uv(tmp_path, monkeypatch, "echo 'no wheel for this platform (fake uv)'; exit 1")
     transport = AiohttpTransport()
     supervisor = LlamaSupervisor(LlamaOptions(root=tmp_path / "llama", alias="m"), transport)

@@ -47,7 +47,9 @@ async def test_a_stream_is_read_through_the_pooled_session() -> None:
 async def test_a_dropped_body_raises_connect_error() -> None:
     transport = AiohttpTransport()
     async with arun_asgi_server(FakeUpstream([cut_reply("partial")])) as url:
-        response = await transport.open(HttpRequest("POST", url + "/v1/chat/completions", {}, b'{"stream":true}', 5))
+        response = await transport.open(
+            HttpRequest("POST", url + "/v1/chat/completions", {}, b'{"stream":true}', 5)
+        )
         with pytest.raises(UpstreamConnectError):
             async for _ in response.iter_chunks():
                 pass

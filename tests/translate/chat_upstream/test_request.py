@@ -326,7 +326,11 @@ def test_reasoning_written_before_the_plain_blob_is_still_replayed_and_a_damaged
     for blob, replayed in cases:
         items = [
             user("x"),
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "shown"}], "encrypted_content": blob},
+            {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": "shown"}],
+                "encrypted_content": blob,
+            },
             {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "ok"},
         ]

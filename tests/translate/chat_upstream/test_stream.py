@@ -35,48 +35,72 @@ INPUT_ESTIMATE = 250  # what the backend would pass as input_token_estimate
 
 # Tools a Codex session advertises, enough to resolve every name the fixtures call.
 CODEX_TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "name": "exec_command", "description": "Run a command.",
-     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"},
-                                                     "workdir": {"type": "string"}},
-                    "required": ["cmd"]}},
-    {"type": "function", "name": "file_write", "description": "Write a file.",
-     "parameters": {"type": "object", "properties": {"filePath": {"type": "string"},
-                                                     "content": {"type": "string"}}}},
+    {
+        "type": "function",
+        "name": "exec_command",
+        "description": "Run a command.",
+        "parameters": {
+            "type": "object",
+            "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}},
+            "required": ["cmd"],
+        },
+    },
+    {
+        "type": "function",
+        "name": "file_write",
+        "description": "Write a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"filePath": {"type": "string"}, "content": {"type": "string"}},
+        },
+    },
 ]
 
 APPLY_PATCH_GRAMMAR = (Path(__file__).resolve().parents[2] / "fixtures" / "apply_patch.lark").read_text()
 
 APPLY_PATCH_TOOL: dict[str, Any] = {
-    "type": "custom", "name": "apply_patch",
+    "type": "custom",
+    "name": "apply_patch",
     "description": "Use the `apply_patch` tool to edit files.",
     "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR},
 }
 
 NAMESPACE_TOOL: dict[str, Any] = {
-    "type": "namespace", "name": "mcp__srv", "description": "An MCP server.",
-    "tools": [{"type": "function", "name": "do_it", "description": "Does it.",
-               "parameters": {"type": "object", "properties": {"what": {"type": "string"}}}}],
+    "type": "namespace",
+    "name": "mcp__srv",
+    "description": "An MCP server.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "do_it",
+            "description": "Does it.",
+            "parameters": {"type": "object", "properties": {"what": {"type": "string"}}},
+        }
+    ],
 }
 
 
 # -- harness
 
 
-def make_translator(tools: list[dict[str, Any]] | None = None, *,
-                    input_estimate: int = INPUT_ESTIMATE, **options: Any) -> ChatStreamTranslator:
+def make_translator(
+    tools: list[dict[str, Any]] | None = None, *, input_estimate: int = INPUT_ESTIMATE, **options: Any
+) -> ChatStreamTranslator:
     tools = CODEX_TOOLS if tools is None else tools
     return chat_translator(tools, input_token_estimate=input_estimate, **options)
 
 
-def translate_bytes(data: bytes, split: int | None = None,
-                    translator: ChatStreamTranslator | None = None) -> list[Event]:
+def translate_bytes(
+    data: bytes, split: int | None = None, translator: ChatStreamTranslator | None = None
+) -> list[Event]:
     """decode -> orjson.loads -> feed, the way the backend drives the translator (see
     tests/support/turns.py translate_sse)."""
     return translate_sse(translator or make_translator(), pieces(data, split))
 
 
-def translate_chunks(chunks: Iterable[Any], translator: ChatStreamTranslator | None = None,
-                     *, done: bool = True) -> list[Event]:
+def translate_chunks(
+    chunks: Iterable[Any], translator: ChatStreamTranslator | None = None, *, done: bool = True
+) -> list[Event]:
     """Synthetic chunk objects, through the same wire path."""
     return translate_bytes(sse_of(chunks, done), None, translator)
 
@@ -124,12 +148,19 @@ def message_text(events: list[Event]) -> str:
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
     choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [choice], **extra}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+        **extra,
+    }
 
 
-def call_delta(index: int | None, *, id: str | None = None, name: str | None = None,
-               arguments: str | None = None) -> dict[str, Any]:
+def call_delta(
+    index: int | None, *, id: str | None = None, name: str | None = None, arguments: str | None = None
+) -> dict[str, Any]:
     function: dict[str, Any] = {}
     if name is not None:
         function["name"] = name
@@ -157,8 +188,10 @@ TEXT: dict[str, str] = {
     "vllm_cut.sse": "Let me check the build first.",
     "llamacpp_reasoning.sse": "17 × 23 = **391**.",
     "llamacpp_legacy_usage.sse": "Goodbye! I hope we get to talk again soon.",
-    "llamacpp_python_crlf.sse": (" Sure, here's a haiku:\n\nCode compiles clean,\n"
-                                 "tests pass in quiet green rows,\nship it before lunch."),
+    "llamacpp_python_crlf.sse": (
+        " Sure, here's a haiku:\n\nCode compiles clean,\n"
+        "tests pass in quiet green rows,\nship it before lunch."
+    ),
     "ollama_tool_calls.sse": "",
     "ollama_parallel_index0.sse": "",
     "deepseek_reasoner.sse": "Hello! 😊 How can I help you today?",
@@ -182,8 +215,11 @@ CALLS: dict[str, list[tuple[str, str, str]]] = {
         ("call_Qm7RZf0bN1sLw2dE9kYpX4tJ", "exec_command", '{"cmd":"git log --oneline -5"}'),
     ],
     "vllm_tool_calls.sse": [
-        ("chatcmpl-tool-9f1c2e7a4b6d8035", "exec_command",
-         '{"cmd": "rg -n TODO src/", "workdir": "/work/repo"}'),
+        (
+            "chatcmpl-tool-9f1c2e7a4b6d8035",
+            "exec_command",
+            '{"cmd": "rg -n TODO src/", "workdir": "/work/repo"}',
+        ),
     ],
     "ollama_tool_calls.sse": [
         ("call_qboyy8mx", "exec_command", '{"cmd":"ls -la","workdir":"/work/repo"}'),
@@ -196,8 +232,13 @@ CALLS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def usage(inp: int, out: int, total: int, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": out,
-            "output_tokens_details": {"reasoning_tokens": reasoning}, "total_tokens": total}
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": total,
+    }
 
 
 USAGE: dict[str, dict[str, Any]] = {
@@ -306,16 +347,23 @@ def test_tool_calls(name: str) -> None:
     by_id = {c["id"]: c for c in calls}
     assert len(by_id) == len(calls)
     for item_id, call in by_id.items():
-        added = [e for e in events
-                 if e["type"] == "response.output_item.added" and e["item"]["id"] == item_id]
+        added = [
+            e for e in events if e["type"] == "response.output_item.added" and e["item"]["id"] == item_id
+        ]
         assert len(added) == 1
         assert added[0]["item"]["call_id"] == call["call_id"]
         assert added[0]["item"]["name"] == call["name"]
-        deltas = "".join(e["delta"] for e in events
-                         if e["type"] == "response.function_call_arguments.delta" and e["item_id"] == item_id)
+        deltas = "".join(
+            e["delta"]
+            for e in events
+            if e["type"] == "response.function_call_arguments.delta" and e["item_id"] == item_id
+        )
         assert deltas == call["arguments"]
-        [done] = [e for e in events
-                  if e["type"] == "response.function_call_arguments.done" and e["item_id"] == item_id]
+        [done] = [
+            e
+            for e in events
+            if e["type"] == "response.function_call_arguments.done" and e["item_id"] == item_id
+        ]
         assert done["arguments"] == call["arguments"]
         assert orjson.loads(call["arguments"])
 
@@ -324,7 +372,9 @@ def test_parallel_calls_are_separate_items_in_order() -> None:
     events = events_of("openai_parallel_tools.sse")
     added = [e for e in events if e["type"] == "response.output_item.added"]
     assert [(e["output_index"], e["item"]["call_id"]) for e in added] == [
-        (0, "call_8Xh2kq4uVJmYbq3Tz1cWn0aF"), (1, "call_Qm7RZf0bN1sLw2dE9kYpX4tJ")]
+        (0, "call_8Xh2kq4uVJmYbq3Tz1cWn0aF"),
+        (1, "call_Qm7RZf0bN1sLw2dE9kYpX4tJ"),
+    ]
     assert [item["type"] for item in output(events)] == ["function_call", "function_call"]
 
 
@@ -346,14 +396,25 @@ def test_vllm_continuous_usage_counts_without_cache() -> None:
     assert (got["input_tokens"], got["output_tokens"], got["total_tokens"]) == (28, 30, 58)
 
 
-@pytest.mark.parametrize("name", params(["llamacpp_python_crlf.sse", "openai_cut_mid_event.sse",
-                                         "openai_midstream_error.sse", "vllm_cut.sse"]))
+@pytest.mark.parametrize(
+    "name",
+    params(
+        ["llamacpp_python_crlf.sse", "openai_cut_mid_event.sse", "openai_midstream_error.sse", "vllm_cut.sse"]
+    ),
+)
 def test_no_upstream_usage_gives_nonzero_estimates(name: str) -> None:
     events = events_of(name)
     got = terminal(events)["response"]["usage"]
-    produced = sum(len(e["delta"]) for e in events if e["type"] in (
-        "response.output_text.delta", "response.function_call_arguments.delta",
-        "response.reasoning_summary_text.delta"))
+    produced = sum(
+        len(e["delta"])
+        for e in events
+        if e["type"]
+        in (
+            "response.output_text.delta",
+            "response.function_call_arguments.delta",
+            "response.reasoning_summary_text.delta",
+        )
+    )
     assert got["input_tokens"] == INPUT_ESTIMATE
     # Everything the model generated counts, delivered or not (a cut call's arguments are not).
     assert got["output_tokens"] >= (produced + 3) // 4 > 0
@@ -458,14 +519,26 @@ def test_a_failure_before_any_output_adds_no_marker() -> None:
     assert output(events) == []
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    ({"message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",
-      "type": "BadRequestError", "param": None, "code": 400}, "context_length_exceeded"),
-    ({"message": "Rate limit reached. Please try again in 2s.", "type": "rate_limit_error"},
-     "rate_limit_exceeded"),
-    ({"message": "overloaded", "type": "overloaded_error"}, "server_is_overloaded"),
-    ({"message": "The server had an error", "type": "server_error"}, "upstream_error"),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (
+            {
+                "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+            "context_length_exceeded",
+        ),
+        (
+            {"message": "Rate limit reached. Please try again in 2s.", "type": "rate_limit_error"},
+            "rate_limit_exceeded",
+        ),
+        ({"message": "overloaded", "type": "overloaded_error"}, "server_is_overloaded"),
+        ({"message": "The server had an error", "type": "server_error"}, "upstream_error"),
+    ],
+)
 def test_error_object_codes(error: dict[str, Any], code: str) -> None:
     events = translate_chunks([chunk({"role": "assistant", "content": "Hi"}), {"error": error}], done=False)
     validate_stream(events)
@@ -479,51 +552,73 @@ def test_namespaced_tool_comes_back_with_its_namespace() -> None:
     tools = [*CODEX_TOOLS, NAMESPACE_TOOL]
     flat = [t["function"]["name"] for t in chat_tools(catalogue_of(tools))][-1]
     assert flat == "mcp__srv__do_it"
-    events = translate_chunks([
-        chunk({"role": "assistant", "content": None}),
-        chunk(call_delta(0, id="call_ns", name=flat, arguments="")),
-        chunk(call_delta(0, arguments='{"what":')),
-        chunk(call_delta(0, arguments='"it"}')),
-        chunk({}, "tool_calls"),
-    ], make_translator(tools))
+    events = translate_chunks(
+        [
+            chunk({"role": "assistant", "content": None}),
+            chunk(call_delta(0, id="call_ns", name=flat, arguments="")),
+            chunk(call_delta(0, arguments='{"what":')),
+            chunk(call_delta(0, arguments='"it"}')),
+            chunk({}, "tool_calls"),
+        ],
+        make_translator(tools),
+    )
     validate_stream(events)
     [call] = items_of(events, "function_call")
-    assert call == {"type": "function_call", "id": call["id"], "status": "completed", "call_id": "call_ns",
-                    "name": "do_it", "arguments": '{"what":"it"}', "namespace": "mcp__srv"}
+    assert call == {
+        "type": "function_call",
+        "id": call["id"],
+        "status": "completed",
+        "call_id": "call_ns",
+        "name": "do_it",
+        "arguments": '{"what":"it"}',
+        "namespace": "mcp__srv",
+    }
     [added] = [e["item"] for e in events if e["type"] == "response.output_item.added"]
     assert (added["name"], added["namespace"]) == ("do_it", "mcp__srv")
     [done] = [e for e in events if e["type"] == "response.function_call_arguments.done"]
     assert done["name"] == "do_it"
 
 
-PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, \"world\"!\n*** End Patch\n"
+PATCH = '*** Begin Patch\n*** Add File: hello.txt\n+Hello, "world"!\n*** End Patch\n'
 
 
 def test_custom_tool_comes_back_as_custom_tool_call() -> None:
     tools = [*CODEX_TOOLS, APPLY_PATCH_TOOL]
     arguments = orjson.dumps({"input": PATCH}).decode()
     split = [arguments[:5], arguments[5:17], arguments[17:40], arguments[40:]]
-    events = translate_chunks([
-        chunk({"role": "assistant", "content": "Creating the file."}),
-        chunk(call_delta(0, id="call_patch", name="apply_patch", arguments="")),
-        *[chunk(call_delta(0, arguments=piece)) for piece in split],
-        chunk({}, "tool_calls"),
-    ], make_translator(tools))
+    events = translate_chunks(
+        [
+            chunk({"role": "assistant", "content": "Creating the file."}),
+            chunk(call_delta(0, id="call_patch", name="apply_patch", arguments="")),
+            *[chunk(call_delta(0, arguments=piece)) for piece in split],
+            chunk({}, "tool_calls"),
+        ],
+        make_translator(tools),
+    )
     validate_stream(events)
     types = [e["type"] for e in events]
     assert "response.function_call_arguments.delta" not in types
     assert "response.function_call_arguments.done" not in types
     [call] = items_of(events, "custom_tool_call")
-    assert call == {"type": "custom_tool_call", "id": call["id"], "status": "completed",
-                    "call_id": "call_patch", "name": "apply_patch", "input": PATCH}
+    assert call == {
+        "type": "custom_tool_call",
+        "id": call["id"],
+        "status": "completed",
+        "call_id": "call_patch",
+        "name": "apply_patch",
+        "input": PATCH,
+    }
     assert items_of(events, "function_call") == []
     deltas = [e for e in events if e["type"] == "response.custom_tool_call_input.delta"]
     assert "".join(e["delta"] for e in deltas) == PATCH
     assert all(e["item_id"] == call["id"] for e in deltas)
     [done] = [e for e in events if e["type"] == "response.custom_tool_call_input.done"]
     assert (done["input"], done["item_id"]) == (PATCH, call["id"])
-    [added] = [e["item"] for e in events if e["type"] == "response.output_item.added"
-               and e["item"]["type"] == "custom_tool_call"]
+    [added] = [
+        e["item"]
+        for e in events
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "custom_tool_call"
+    ]
     assert (added["name"], added["call_id"], added["input"]) == ("apply_patch", "call_patch", "")
     assert types.index("response.custom_tool_call_input.done") < len(types) - 1
 
@@ -538,37 +633,43 @@ def test_custom_tool_grammar_reaches_the_upstream_tool() -> None:
 
 
 def test_tool_call_without_id_gets_a_minted_call_id() -> None:
-    events = translate_chunks([
-        chunk({"role": "assistant"}),
-        chunk(call_delta(0, name="exec_command", arguments='{"cmd":"ls"}')),
-        chunk(call_delta(1, name="exec_command", arguments='{"cmd":"pwd"}')),
-        chunk({}, "tool_calls"),
-    ])
+    events = translate_chunks(
+        [
+            chunk({"role": "assistant"}),
+            chunk(call_delta(0, name="exec_command", arguments='{"cmd":"ls"}')),
+            chunk(call_delta(1, name="exec_command", arguments='{"cmd":"pwd"}')),
+            chunk({}, "tool_calls"),
+        ]
+    )
     validate_stream(events)
     calls = items_of(events, "function_call")
     assert [c["arguments"] for c in calls] == ['{"cmd":"ls"}', '{"cmd":"pwd"}']
     ids = [c["call_id"] for c in calls]
     assert all(isinstance(i, str) and i.startswith("call_") for i in ids)
     assert len(set(ids)) == 2
-    added = {e["item"]["id"]: e["item"]["call_id"]
-             for e in events if e["type"] == "response.output_item.added"}
+    added = {
+        e["item"]["id"]: e["item"]["call_id"] for e in events if e["type"] == "response.output_item.added"
+    }
     assert [added[c["id"]] for c in calls] == ids
 
 
 def test_late_id_is_used_when_the_first_delta_had_none() -> None:
-    events = translate_chunks([
-        chunk(call_delta(0, name="exec_command")),
-        chunk(call_delta(0, id="call_late", arguments='{"cmd":"ls"}')),
-        chunk({}, "tool_calls"),
-    ])
+    events = translate_chunks(
+        [
+            chunk(call_delta(0, name="exec_command")),
+            chunk(call_delta(0, id="call_late", arguments='{"cmd":"ls"}')),
+            chunk({}, "tool_calls"),
+        ]
+    )
     [call] = items_of(events, "function_call")
     assert call["call_id"] == "call_late"
 
 
 def no_argument_call() -> list[Event]:
     # A tool without parameters: some servers send no arguments fragment at all.
-    return translate_chunks([chunk(call_delta(0, id="call_x", name="exec_command", arguments="")),
-                             chunk({}, "tool_calls")])
+    return translate_chunks(
+        [chunk(call_delta(0, id="call_x", name="exec_command", arguments="")), chunk({}, "tool_calls")]
+    )
 
 
 def test_call_with_no_arguments_still_happens() -> None:
@@ -600,8 +701,9 @@ def test_empty_stream_is_cut() -> None:
 
 def test_nothing_after_the_terminal_event() -> None:
     translator = make_translator()
-    finished = chunk({"content": "a"}, "stop",
-                     usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+    finished = chunk(
+        {"content": "a"}, "stop", usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    )
     events = translate_chunks([finished], translator)
     turn = translator.turn
     assert translator.done
@@ -614,28 +716,57 @@ def test_nothing_after_the_terminal_event() -> None:
 
 
 def test_no_usage_synthetic_estimate() -> None:
-    events = translate_chunks([chunk({"content": "hello world"}), chunk({}, "stop")],
-                              make_translator(input_estimate=100))
+    events = translate_chunks(
+        [chunk({"content": "hello world"}), chunk({}, "stop")], make_translator(input_estimate=100)
+    )
     assert terminal(events)["response"]["usage"] == usage(100, 4, 104)  # 11 characters / 3
 
 
 def test_usage_without_total_is_summed() -> None:
-    events = translate_chunks([chunk({"content": "x"}, "stop"),
-                               {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}])
+    events = translate_chunks(
+        [
+            chunk({"content": "x"}, "stop"),
+            {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}},
+        ]
+    )
     assert terminal(events)["response"]["usage"] == usage(7, 2, 9)
 
 
 def test_null_usage_details_are_tolerated() -> None:
-    events = translate_chunks([chunk({"content": "x"}, "stop"), {"choices": [], "usage": {
-        "prompt_tokens": 12, "completion_tokens": 1280, "total_tokens": 1292, "prompt_tokens_details": None,
-        "completion_tokens_details": None}}])
+    events = translate_chunks(
+        [
+            chunk({"content": "x"}, "stop"),
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 12,
+                    "completion_tokens": 1280,
+                    "total_tokens": 1292,
+                    "prompt_tokens_details": None,
+                    "completion_tokens_details": None,
+                },
+            },
+        ]
+    )
     assert terminal(events)["response"]["usage"] == usage(12, 1280, 1292)
 
 
 def test_prompt_cache_hit_tokens_count_as_cached() -> None:
-    events = translate_chunks([chunk({"content": "x"}, "stop"), {"choices": [], "usage": {
-        "prompt_tokens": 7461, "completion_tokens": 5, "prompt_tokens_details": None,
-        "prompt_cache_hit_tokens": 7400, "prompt_cache_miss_tokens": 61}}])
+    events = translate_chunks(
+        [
+            chunk({"content": "x"}, "stop"),
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 7461,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": None,
+                    "prompt_cache_hit_tokens": 7400,
+                    "prompt_cache_miss_tokens": 61,
+                },
+            },
+        ]
+    )
     assert terminal(events)["response"]["usage"]["input_tokens_details"] == {"cached_tokens": 7400}
 
 
@@ -653,26 +784,57 @@ def streamed_equivalent() -> list[dict[str, Any]]:
         chunk(call_delta(1, id="call_b", name="apply_patch", arguments='{"input":"*** Begin Patch\\n')),
         chunk(call_delta(1, arguments='*** End Patch\\n"}')),
         chunk({}, "tool_calls"),
-        {"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
-                                  "prompt_tokens_details": {"cached_tokens": 64},
-                                  "completion_tokens_details": {"reasoning_tokens": 5}}},
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 100,
+                "completion_tokens": 20,
+                "total_tokens": 120,
+                "prompt_tokens_details": {"cached_tokens": 64},
+                "completion_tokens_details": {"reasoning_tokens": 5},
+            },
+        },
     ]
 
 
 FOLDED_BODY: dict[str, Any] = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "Running it.", "reasoning_content": "Think first.",
-        "tool_calls": [
-            {"id": "call_a", "type": "function",
-             "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'}},
-            {"id": "call_b", "type": "function",
-             "function": {"name": "apply_patch",
-                          "arguments": '{"input":"*** Begin Patch\\n*** End Patch\\n"}'}},
-        ]}}],
-    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
-              "prompt_tokens_details": {"cached_tokens": 64},
-              "completion_tokens_details": {"reasoning_tokens": 5}},
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Running it.",
+                "reasoning_content": "Think first.",
+                "tool_calls": [
+                    {
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
+                    },
+                    {
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {
+                            "name": "apply_patch",
+                            "arguments": '{"input":"*** Begin Patch\\n*** End Patch\\n"}',
+                        },
+                    },
+                ],
+            },
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 100,
+        "completion_tokens": 20,
+        "total_tokens": 120,
+        "prompt_tokens_details": {"cached_tokens": 64},
+        "completion_tokens_details": {"reasoning_tokens": 5},
+    },
 }
 
 
@@ -689,8 +851,9 @@ def test_fold_matches_the_stream() -> None:
     assert terminal(folded)["response"]["usage"] == usage(100, 20, 120, cached=64, reasoning=5)
 
 
-@pytest.mark.parametrize("name", params(["openai_text.sse", "deepseek_reasoner.sse", "ollama_tool_calls.sse",
-                                         "openai_length.sse"]))
+@pytest.mark.parametrize(
+    "name", params(["openai_text.sse", "deepseek_reasoner.sse", "ollama_tool_calls.sse", "openai_length.sse"])
+)
 def test_fold_of_a_recorded_stream_matches(name: str) -> None:
     """Rebuild the non-streamed body a server would have sent and fold it."""
     streamed = events_of(name)
@@ -698,21 +861,27 @@ def test_fold_of_a_recorded_stream_matches(name: str) -> None:
     if name in REASONING:
         message["reasoning_content"] = REASONING[name]
     if name in CALLS:
-        message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                                 for i, n, a in CALLS[name]]
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in CALLS[name]
+        ]
     finish = {"openai_length.sse": "length", "ollama_tool_calls.sse": "tool_calls"}.get(name, "stop")
-    body = {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": _chat_usage(USAGE[name])}
+    body = {
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": _chat_usage(USAGE[name]),
+    }
     folded = fold(make_translator(), body)
     validate_stream(folded)
     assert as_sent(terminal(folded)["response"]) == terminal(streamed)["response"]
 
 
 def _chat_usage(u: dict[str, Any]) -> dict[str, Any]:
-    return {"prompt_tokens": u["input_tokens"], "completion_tokens": u["output_tokens"],
-            "total_tokens": u["total_tokens"],
-            "prompt_tokens_details": {"cached_tokens": u["input_tokens_details"]["cached_tokens"]},
-            "completion_tokens_details": {"reasoning_tokens": u["output_tokens_details"]["reasoning_tokens"]}}
+    return {
+        "prompt_tokens": u["input_tokens"],
+        "completion_tokens": u["output_tokens"],
+        "total_tokens": u["total_tokens"],
+        "prompt_tokens_details": {"cached_tokens": u["input_tokens_details"]["cached_tokens"]},
+        "completion_tokens_details": {"reasoning_tokens": u["output_tokens_details"]["reasoning_tokens"]},
+    }
 
 
 # -- the same fixtures through the real backend loop (ChatCall._translate)
@@ -752,9 +921,13 @@ class _Transport:
 
 
 async def backend_events(data: bytes, size: int | None) -> list[Event]:
-    target = UpstreamTarget(name="test", base_url="http://upstream.invalid/v1", headers={},
-                            # the bare loop, as events_of() runs the bare translator
-                            dialect=ChatDialect(text_tool_calls="off", think_tags="off"))
+    target = UpstreamTarget(
+        name="test",
+        base_url="http://upstream.invalid/v1",
+        headers={},
+        # the bare loop, as events_of() runs the bare translator
+        dialect=ChatDialect(text_tool_calls="off", think_tags="off"),
+    )
     backend = ChatBackend(target, _Transport(data, size))  # type: ignore[arg-type]
     call = backend.call(parse_request({"model": "test-model", "input": "hi", "tools": CODEX_TOOLS}), "m")
     await call.open()
@@ -767,13 +940,17 @@ async def backend_events(data: bytes, size: int | None) -> list[Event]:
 def digest(events: list[Event]) -> tuple[Any, ...]:
     last = terminal(events)
     error = last["response"]["error"]
-    items = [(i["type"], i.get("status"), i.get("call_id"), i.get("arguments"),
-              [p.get("text") for p in i.get("content") or i.get("summary") or []]) for i in output(events)]
+    items = [
+        (
+            i["type"],
+            i.get("status"),
+            i.get("call_id"),
+            i.get("arguments"),
+            [p.get("text") for p in i.get("content") or i.get("summary") or []],
+        )
+        for i in output(events)
+    ]
     return last["type"], error and error["code"], items
-
-
-
-
 
 
 def backend_params() -> list[Any]:

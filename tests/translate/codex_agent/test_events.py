@@ -42,7 +42,13 @@ def completed_item(item: JSON) -> Note:
 
 def command_item(command: str) -> JSON:
     """A command Codex has started (item `cmd-1`)."""
-    return {"type": "commandExecution", "id": "cmd-1", "command": command, "cwd": "/w", "status": "inProgress"}
+    return {
+        "type": "commandExecution",
+        "id": "cmd-1",
+        "command": command,
+        "cwd": "/w",
+        "status": "inProgress",
+    }
 
 
 def output(text: str, item: str = "cmd-1") -> Note:

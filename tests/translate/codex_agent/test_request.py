@@ -545,8 +545,14 @@ def test_a_file_that_cannot_be_read_is_refused_naming_its_place_in_the_request()
     [
         ({"role": "user", "content": [{"type": "input_txt", "text": "typo"}]}, "input[1].content[0].type"),
         ({"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}, "input[1].content[0]"),
-        ({"role": "assistant", "content": [{"type": "input_image", "image_url": IMAGE}]}, "input[1].content[0]"),
-        ({"type": "function_call_output", "call_id": "c", "output": [{"text": "no type"}]}, "input[1].output[0].type"),
+        (
+            {"role": "assistant", "content": [{"type": "input_image", "image_url": IMAGE}]},
+            "input[1].content[0]",
+        ),
+        (
+            {"type": "function_call_output", "call_id": "c", "output": [{"text": "no type"}]},
+            "input[1].output[0].type",
+        ),
     ],
 )
 def test_a_part_codex_would_not_get_is_refused_before_anything_is_sent(item: JSON, param: str) -> None:

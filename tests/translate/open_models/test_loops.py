@@ -106,7 +106,9 @@ def test_a_run_taken_at_once_finds_the_loop_at_the_delta_feeding_each_one_does(s
     """`take_all` checks as it goes, and leaves the delta whose check finds a loop to `feed`:
     the same loop, at the same delta, as feeding the deltas one by one, and the same state."""
     rng = random.Random(seed)
-    prose = " ".join(rng.choice(["parse", "the", "tokens", "fix", "x = 1;", "\n", "café"]) for _ in range(300))
+    prose = " ".join(
+        rng.choice(["parse", "the", "tokens", "fix", "x = 1;", "\n", "café"]) for _ in range(300)
+    )
     text = prose[: rng.randint(0, len(prose))] + SMOLLM2_LOOP * rng.choice([0, 3, 30])
     deltas: list[str] = []
     while sum(map(len, deltas)) < len(text):

@@ -52,8 +52,8 @@ UPDATE = (
     "*** Begin Patch\n"
     "*** Update File: src/app.py\n"
     "@@ def greet():\n"
-    "-    print(\"Hi\")\n"
-    "+    print(\"Hello, world!\")\n"
+    '-    print("Hi")\n'
+    '+    print("Hello, world!")\n'
     " \n"
     "@@\n"
     " x = 1\n"
@@ -62,9 +62,7 @@ UPDATE = (
     "*** End Patch"
 )
 DELETE = "*** Begin Patch\n*** Delete File: obsolete.txt\n*** End Patch\n"
-MOVE = (
-    "*** Begin Patch\n*** Update File: src/a.py\n*** Move to: src/b.py\n@@\n-old\n+new\n*** End Patch\n"
-)
+MOVE = "*** Begin Patch\n*** Update File: src/a.py\n*** Move to: src/b.py\n@@\n-old\n+new\n*** End Patch\n"
 MULTI = (
     "*** Begin Patch\n"
     "*** Add File: hello.txt\n"
@@ -72,15 +70,16 @@ MULTI = (
     "*** Update File: src/app.py\n"
     "*** Move to: src/main.py\n"
     "@@ def greet():\n"
-    "-print(\"Hi\")\n"
-    "+print(\"Hello, world!\")\n"
+    '-print("Hi")\n'
+    '+print("Hello, world!")\n'
     "*** Delete File: obsolete.txt\n"
     "*** End Patch\n"
 )
 
 
-@pytest.mark.parametrize("patch", [ADD, UPDATE, DELETE, MOVE, MULTI], ids=["add", "update", "delete", "move",
-                                                                         "multi"])
+@pytest.mark.parametrize(
+    "patch", [ADD, UPDATE, DELETE, MOVE, MULTI], ids=["add", "update", "delete", "move", "multi"]
+)
 def test_valid_patches_pass_unchanged(patch: str) -> None:
     counts: Counter[str] = Counter()
     result = check_custom_input(patch, FMT, counts)
@@ -107,23 +106,34 @@ REPAIRS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("fence-diff-lang-and-spaces", f"\n```diff\n{DELETE}```\n", ("fence",), DELETE),
     ("fence-bare", f"```\n{MULTI}```", ("fence",), MULTI),
     ("fence-tilde", f"~~~\n{MOVE}~~~", ("fence",), MOVE),
-    ("fence-keeps-inner-fences", "```patch\n*** Begin Patch\n*** Add File: README.md\n+```sh\n+make\n+```\n"
-     "*** End Patch\n```", ("fence",), "*** Begin Patch\n*** Add File: README.md\n+```sh\n+make\n+```\n"
-     "*** End Patch\n"),
+    (
+        "fence-keeps-inner-fences",
+        "```patch\n*** Begin Patch\n*** Add File: README.md\n+```sh\n+make\n+```\n*** End Patch\n```",
+        ("fence",),
+        "*** Begin Patch\n*** Add File: README.md\n+```sh\n+make\n+```\n*** End Patch\n",
+    ),
     ("json-input", orjson.dumps({"input": ADD}).decode(), ("json",), ADD),
     ("json-patch", orjson.dumps({"patch": DELETE, "explanation": "remove it"}).decode(), ("json",), DELETE),
     ("json-string", orjson.dumps(MOVE).decode(), ("json",), MOVE),
     ("json-single-field", orjson.dumps({"apply_patch": UPDATE}).decode(), ("json",), UPDATE),
-    ("json-in-json", orjson.dumps({"arguments": orjson.dumps({"input": ADD}).decode()}).decode(),
-     ("json", "json"), ADD),
+    (
+        "json-in-json",
+        orjson.dumps({"arguments": orjson.dumps({"input": ADD}).decode()}).decode(),
+        ("json", "json"),
+        ADD,
+    ),
     ("json-in-fence", f"```json\n{orjson.dumps({'input': ADD}).decode()}\n```", ("fence", "json"), ADD),
     ("heredoc", f"<<'EOF'\n{DELETE}EOF\n", ("heredoc",), DELETE),
-    ("heredoc-apply-patch", f"apply_patch <<\"EOF\"\n{ADD}EOF", ("heredoc",), ADD),
+    ("heredoc-apply-patch", f'apply_patch <<"EOF"\n{ADD}EOF', ("heredoc",), ADD),
     ("envelope-both", "*** Add File: hello.txt\n+Hello world\n+\n+bye\n", ("envelope",), ADD),
     ("envelope-begin", "*** Delete File: obsolete.txt\n*** End Patch", ("envelope",), DELETE),
     ("envelope-end", "*** Begin Patch\n*** Delete File: obsolete.txt\n", ("envelope",), DELETE),
-    ("envelope-keeps-trailing-context-line", "*** Update File: a\n@@\n-x\n+y\n \n",
-     ("envelope",), "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n \n*** End Patch\n"),
+    (
+        "envelope-keeps-trailing-context-line",
+        "*** Update File: a\n@@\n-x\n+y\n \n",
+        ("envelope",),
+        "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n \n*** End Patch\n",
+    ),
     ("envelope-in-fence", "```\n*** Delete File: obsolete.txt\n```", ("fence", "envelope"), DELETE),
     ("newline-trailing-blank-lines", DELETE + "\n\n", ("newline",), DELETE),
     ("newline-leading-blank-lines", "\n\n" + DELETE, ("newline",), DELETE),
@@ -132,18 +142,25 @@ REPAIRS: list[tuple[str, str, tuple[str, ...], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("text", "repairs", "expected"), [r[1:] for r in REPAIRS], ids=[r[0] for r in REPAIRS])
+@pytest.mark.parametrize(
+    ("text", "repairs", "expected"), [r[1:] for r in REPAIRS], ids=[r[0] for r in REPAIRS]
+)
 def test_repairs(text: str, repairs: tuple[str, ...], expected: str) -> None:
     counts: Counter[str] = Counter()
     result = check_custom_input(text, FMT, counts)
     assert (result.outcome, result.repairs, result.text) == ("repaired", repairs, expected)
     assert result.detail  # what was wrong with the original
     assert_parses(result.text)
-    assert counts == Counter({"patch.repaired": 1, **{f"patch.repaired.{k}": repairs.count(k) for k in repairs}})
+    assert counts == Counter(
+        {"patch.repaired": 1, **{f"patch.repaired.{k}": repairs.count(k) for k in repairs}}
+    )
 
 
 def test_newline_repair_adds_a_final_newline_the_grammar_needs() -> None:
-    strict = {**FMT, "definition": GRAMMAR.replace('end_patch: "*** End Patch" LF?', 'end_patch: "*** End Patch" LF')}
+    strict = {
+        **FMT,
+        "definition": GRAMMAR.replace('end_patch: "*** End Patch" LF?', 'end_patch: "*** End Patch" LF'),
+    }
     text = DELETE.rstrip("\n")
     assert check(text).outcome == "valid"
     result = check(text, strict)
@@ -230,7 +247,9 @@ index 1111111..2222222 100644
 -x
 +y
 """
-PATCH_RENAME = "*** Begin Patch\n*** Update File: lib/a.txt\n*** Move to: lib/b.txt\n@@\n-x\n+y\n*** End Patch\n"
+PATCH_RENAME = (
+    "*** Begin Patch\n*** Update File: lib/a.txt\n*** Move to: lib/b.txt\n@@\n-x\n+y\n*** End Patch\n"
+)
 
 DIFF_PLAIN_TIMESTAMPS = """\
 --- foo.c\t2024-01-01 10:00:00.000000000 +0000
@@ -284,11 +303,14 @@ DIFFS: list[tuple[str, str, str]] = [
     ("plain-timestamps", DIFF_PLAIN_TIMESTAMPS, PATCH_PLAIN_TIMESTAMPS),
     ("loose", DIFF_LOOSE, PATCH_LOOSE),
     ("dashes", DIFF_DASHES, PATCH_DASHES),
-    ("multi-file", DIFF_NEW_FILE + DIFF_EDIT + "\n" + DIFF_DELETE + DIFF_RENAME,
-     PATCH_NEW_FILE.removesuffix("*** End Patch\n")
-     + PATCH_EDIT.removeprefix("*** Begin Patch\n").removesuffix("*** End Patch\n")
-     + PATCH_DELETE.removeprefix("*** Begin Patch\n").removesuffix("*** End Patch\n")
-     + PATCH_RENAME.removeprefix("*** Begin Patch\n")),
+    (
+        "multi-file",
+        DIFF_NEW_FILE + DIFF_EDIT + "\n" + DIFF_DELETE + DIFF_RENAME,
+        PATCH_NEW_FILE.removesuffix("*** End Patch\n")
+        + PATCH_EDIT.removeprefix("*** Begin Patch\n").removesuffix("*** End Patch\n")
+        + PATCH_DELETE.removeprefix("*** Begin Patch\n").removesuffix("*** End Patch\n")
+        + PATCH_RENAME.removeprefix("*** Begin Patch\n"),
+    ),
 ]
 
 
@@ -313,10 +335,15 @@ def test_unified_diff_in_a_fence_and_in_the_envelope() -> None:
 NOT_ONE_TO_ONE: list[tuple[str, str]] = [
     ("prose-before", "Here is the change:\n" + DIFF_EDIT),
     ("pure-rename", "diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n"),
-    ("mode-change-alone", "diff --git a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n"
-     "diff --git a/src/app.py b/src/app.py\n" + DIFF_EDIT),
-    ("mode-change-with-edit", "diff --git a/src/app.py b/src/app.py\nold mode 100644\nnew mode 100755\n"
-     + DIFF_EDIT),
+    (
+        "mode-change-alone",
+        "diff --git a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n"
+        "diff --git a/src/app.py b/src/app.py\n" + DIFF_EDIT,
+    ),
+    (
+        "mode-change-with-edit",
+        "diff --git a/src/app.py b/src/app.py\nold mode 100644\nnew mode 100755\n" + DIFF_EDIT,
+    ),
     ("executable-new-file", DIFF_NEW_FILE.replace("new file mode 100644", "new file mode 100755")),
     ("copy", DIFF_RENAME.replace("rename from", "copy from").replace("rename to", "copy to")),
     ("binary", "diff --git a/i.png b/i.png\nBinary files a/i.png and b/i.png differ\n"),
@@ -373,14 +400,18 @@ def test_error_detail_points_at_the_problem() -> None:
     [
         ({"type": "text"}, "format type 'text' has no grammar"),
         ({}, "format type None has no grammar"),
-        ({"type": "grammar", "syntax": "regex", "definition": "^.*$"}, "grammar syntax 'regex' is not checked"),
+        (
+            {"type": "grammar", "syntax": "regex", "definition": "^.*$"},
+            "grammar syntax 'regex' is not checked",
+        ),
         ({"type": "grammar", "syntax": "lark"}, "grammar has no definition"),
     ],
 )
 def test_non_lark_formats_are_unchecked(fmt: dict[str, Any], reason: str) -> None:
     counts: Counter[str] = Counter()
-    assert check_custom_input("```anything```", fmt, counts) == InputCheck("```anything```", "unchecked",
-                                                                         detail=reason)
+    assert check_custom_input("```anything```", fmt, counts) == InputCheck(
+        "```anything```", "unchecked", detail=reason
+    )
     assert counts == Counter({"patch.unchecked": 1})
 
 
@@ -419,8 +450,9 @@ AMBIGUOUS = {"type": "grammar", "syntax": "lark", "definition": 'start: e\ne: e 
 
 def test_grammar_with_conflicts_is_parsed_exactly_by_earley() -> None:
     assert check("1+2+3", AMBIGUOUS).outcome == "valid"  # LALR's shift-preference would reject this
-    assert check("```\n1+2\n```", AMBIGUOUS) == InputCheck("1+2", "repaired", ("fence", "newline"),
-                                                          "unexpected '`' at line 1, column 1")
+    assert check("```\n1+2\n```", AMBIGUOUS) == InputCheck(
+        "1+2", "repaired", ("fence", "newline"), "unexpected '`' at line 1, column 1"
+    )
     assert check("1++2", AMBIGUOUS).outcome == "invalid"
     long = "+".join(["1"] * (EARLEY_MAX_CHARS // 2 + 1))
     assert check(long, AMBIGUOUS).outcome == "unchecked"

@@ -257,9 +257,15 @@ def test_candidate_characters_that_cannot_start_a_marker_are_released_at_once(te
 @pytest.mark.parametrize(
     "feeds",
     [
-        pytest.param([("if a <", "if a "), (" b", "< b")], id="a_less_than_sign_is_held_only_until_the_next_character"),
         pytest.param(
-            [("an HTML <t", "an HTML "), ("o", ""), ("ast>", "<toast>")],  # "<to" may still become <tool_call>
+            [("if a <", "if a "), (" b", "< b")], id="a_less_than_sign_is_held_only_until_the_next_character"
+        ),
+        pytest.param(
+            [
+                ("an HTML <t", "an HTML "),
+                ("o", ""),
+                ("ast>", "<toast>"),
+            ],  # "<to" may still become <tool_call>
             id="a_tag_prefix_is_held_until_it_stops_matching",
         ),
         pytest.param(
@@ -271,10 +277,14 @@ def test_candidate_characters_that_cannot_start_a_marker_are_released_at_once(te
             id="a_brace_is_a_candidate_only_at_the_start_of_a_line",
         ),
         pytest.param(
-            [("Code:\n``", "Code:\n"), ("`py", "```py")], id="a_fence_is_released_as_soon_as_its_language_is_not_json"
+            [("Code:\n``", "Code:\n"), ("`py", "```py")],
+            id="a_fence_is_released_as_soon_as_its_language_is_not_json",
         ),
         pytest.param(
-            [("Hermes wraps calls in <tool_call>", "Hermes wraps calls in "), (" tags.", "<tool_call> tags.")],
+            [
+                ("Hermes wraps calls in <tool_call>", "Hermes wraps calls in "),
+                (" tags.", "<tool_call> tags."),
+            ],
             id="a_marker_named_in_prose_is_released_at_the_next_character",
         ),
     ],

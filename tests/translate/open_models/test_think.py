@@ -51,77 +51,186 @@ LONG = "The user wants a file created. I should check the directory first, then 
 
 # (id, text, kwargs, expected pieces, expected outcome)
 CASES: list[tuple[str, str, dict[str, Any], list[Piece], str]] = [
-    ("block", "<think>\nLet me see.\n</think>\n\nHello!", {}, [(R, "Let me see."), (T, "Hello!")],
-     "think.block"),
-    ("block-case-and-leading-ws", "\n  <THINK>plan</Think>answer", {}, [(R, "plan"), (T, "answer")],
-     "think.block"),
-    ("block-crlf", "<think>\r\na\r\n\r\nb\r\n</think>\r\n\r\nc", {}, [(R, "a\r\n\r\nb"), (T, "c")],
-     "think.block"),
+    (
+        "block",
+        "<think>\nLet me see.\n</think>\n\nHello!",
+        {},
+        [(R, "Let me see."), (T, "Hello!")],
+        "think.block",
+    ),
+    (
+        "block-case-and-leading-ws",
+        "\n  <THINK>plan</Think>answer",
+        {},
+        [(R, "plan"), (T, "answer")],
+        "think.block",
+    ),
+    (
+        "block-crlf",
+        "<think>\r\na\r\n\r\nb\r\n</think>\r\n\r\nc",
+        {},
+        [(R, "a\r\n\r\nb"), (T, "c")],
+        "think.block",
+    ),
     ("block-spaces-after-close-kept", "<think>a</think>  b", {}, [(R, "a"), (T, "  b")], "think.block"),
     ("block-empty", "<think>\n\n</think>\n\nHi", {}, [(T, "Hi")], "think.block"),
     ("block-only", "<think>\nhm\n</think>\n\n", {}, [(R, "hm")], "think.block"),
-    ("block-unicode", "<think>h\u00e9llo \U0001f30d \u0130</think>\u0130stanbul", {},
-     [(R, "h\u00e9llo \U0001f30d \u0130"), (T, "\u0130stanbul")], "think.block"),
+    (
+        "block-unicode",
+        "<think>h\u00e9llo \U0001f30d \u0130</think>\u0130stanbul",
+        {},
+        [(R, "h\u00e9llo \U0001f30d \u0130"), (T, "\u0130stanbul")],
+        "think.block",
+    ),
     ("block-unclosed", "<think>still thinking</thin", {}, [(R, "still thinking</thin")], "think.unclosed"),
-    ("block-nested-open-stays-reasoning", "<think>a <think> b</think>c", {}, [(R, "a <think> b"), (T, "c")],
-     "think.block"),
+    (
+        "block-nested-open-stays-reasoning",
+        "<think>a <think> b</think>c",
+        {},
+        [(R, "a <think> b"), (T, "c")],
+        "think.block",
+    ),
     ("thinking", "<thinking>\nx\n</thinking>\ny", {}, [(R, "x"), (T, "y")], "think.block"),
     ("reasoning", "<reasoning>x</reasoning>\ny", {}, [(R, "x"), (T, "y")], "think.block"),
     ("seed", "<seed:think>x</seed:think>y", {}, [(R, "x"), (T, "y")], "think.block"),
     ("kimi", "\u25c1think\u25b7x\u25c1/think\u25b7y", {}, [(R, "x"), (T, "y")], "think.block"),
     ("cohere", "<|START_THINKING|>x<|END_THINKING|>y", {}, [(R, "x"), (T, "y")], "think.block"),
-    ("begin-of-thought",
-     "<|begin_of_thought|>\n\nstep 1\n\nstep 2\n\n<|end_of_thought|>\n\n<|begin_of_solution|>\n\n42\n"
-     "<|end_of_solution|>",
-     {}, [(R, "step 1\n\nstep 2"), (T, "42\n")], "think.block"),
-    ("harmony",
-     "<|channel|>analysis<|message|>We need to answer.<|end|><|start|>assistant<|channel|>final<|message|>Hi",
-     {}, [(R, "We need to answer."), (T, "Hi")], "think.block"),
-    ("harmony-commentary-stays-text",
-     "<|channel|>analysis<|message|>Run ls.<|end|><|start|>assistant<|channel|>commentary to=functions.x",
-     {}, [(R, "Run ls."), (T, "<|start|>assistant<|channel|>commentary to=functions.x")], "think.block"),
-    ("start-inside", "First, the user wants X.\nSo Y.\n</think>\n\nDone.", {"start_inside": True},
-     [(R, "First, the user wants X.\nSo Y."), (T, "Done.")], "think.start_inside"),
-    ("start-inside-long", LONG + "\n</think>\n\nDone.", {"start_inside": True}, [(R, LONG), (T, "Done.")],
-     "think.start_inside"),
-    ("start-inside-explicit-open", "<think>\nx\n</think>\ny", {"start_inside": True}, [(R, "x"), (T, "y")],
-     "think.block"),
-    ("start-inside-other-family", "x</thinking>y", {"start_inside": True}, [(R, "x"), (T, "y")],
-     "think.start_inside"),
-    ("start-inside-unclosed", "no tags at all", {"start_inside": True}, [(R, "no tags at all")],
-     "think.unclosed"),
+    (
+        "begin-of-thought",
+        "<|begin_of_thought|>\n\nstep 1\n\nstep 2\n\n<|end_of_thought|>\n\n<|begin_of_solution|>\n\n42\n"
+        "<|end_of_solution|>",
+        {},
+        [(R, "step 1\n\nstep 2"), (T, "42\n")],
+        "think.block",
+    ),
+    (
+        "harmony",
+        "<|channel|>analysis<|message|>We need to answer.<|end|><|start|>assistant<|channel|>final<|message|>Hi",
+        {},
+        [(R, "We need to answer."), (T, "Hi")],
+        "think.block",
+    ),
+    (
+        "harmony-commentary-stays-text",
+        "<|channel|>analysis<|message|>Run ls.<|end|><|start|>assistant<|channel|>commentary to=functions.x",
+        {},
+        [(R, "Run ls."), (T, "<|start|>assistant<|channel|>commentary to=functions.x")],
+        "think.block",
+    ),
+    (
+        "start-inside",
+        "First, the user wants X.\nSo Y.\n</think>\n\nDone.",
+        {"start_inside": True},
+        [(R, "First, the user wants X.\nSo Y."), (T, "Done.")],
+        "think.start_inside",
+    ),
+    (
+        "start-inside-long",
+        LONG + "\n</think>\n\nDone.",
+        {"start_inside": True},
+        [(R, LONG), (T, "Done.")],
+        "think.start_inside",
+    ),
+    (
+        "start-inside-explicit-open",
+        "<think>\nx\n</think>\ny",
+        {"start_inside": True},
+        [(R, "x"), (T, "y")],
+        "think.block",
+    ),
+    (
+        "start-inside-other-family",
+        "x</thinking>y",
+        {"start_inside": True},
+        [(R, "x"), (T, "y")],
+        "think.start_inside",
+    ),
+    (
+        "start-inside-unclosed",
+        "no tags at all",
+        {"start_inside": True},
+        [(R, "no tags at all")],
+        "think.unclosed",
+    ),
     ("auto-empty", "</think>\n\nHello", {}, [(T, "Hello")], "think.auto_inside"),
-    ("auto-short", "Short thought.\n</think>\n\nAnswer", {}, [(R, "Short thought."), (T, "Answer")],
-     "think.auto_inside"),
-    ("auto-close-starts-at-63", "x" * 63 + "</think>rest", {}, [(R, "x" * 63), (T, "rest")],
-     "think.auto_inside"),
-    ("auto-close-starts-at-64-is-text", "x" * 64 + "</think>rest", {}, [(T, "x" * 64 + "</think>rest")],
-     "think.none"),
-    ("auto-bound-after-leading-ws", "\n\n" + "x" * 63 + "</think>rest", {}, [(R, "x" * 63), (T, "rest")],
-     "think.auto_inside"),
-    ("auto-long-reasoning-is-text", LONG + "\n</think>\n\nDone.", {}, [(T, LONG + "\n</think>\n\nDone.")],
-     "think.none"),
-    ("auto-custom-bound", LONG + "\n</think>\n\nDone.", {"probe_chars": 200}, [(R, LONG), (T, "Done.")],
-     "think.auto_inside"),
+    (
+        "auto-short",
+        "Short thought.\n</think>\n\nAnswer",
+        {},
+        [(R, "Short thought."), (T, "Answer")],
+        "think.auto_inside",
+    ),
+    (
+        "auto-close-starts-at-63",
+        "x" * 63 + "</think>rest",
+        {},
+        [(R, "x" * 63), (T, "rest")],
+        "think.auto_inside",
+    ),
+    (
+        "auto-close-starts-at-64-is-text",
+        "x" * 64 + "</think>rest",
+        {},
+        [(T, "x" * 64 + "</think>rest")],
+        "think.none",
+    ),
+    (
+        "auto-bound-after-leading-ws",
+        "\n\n" + "x" * 63 + "</think>rest",
+        {},
+        [(R, "x" * 63), (T, "rest")],
+        "think.auto_inside",
+    ),
+    (
+        "auto-long-reasoning-is-text",
+        LONG + "\n</think>\n\nDone.",
+        {},
+        [(T, LONG + "\n</think>\n\nDone.")],
+        "think.none",
+    ),
+    (
+        "auto-custom-bound",
+        LONG + "\n</think>\n\nDone.",
+        {"probe_chars": 200},
+        [(R, LONG), (T, "Done.")],
+        "think.auto_inside",
+    ),
     ("plain", "Hello, world.", {}, [(T, "Hello, world.")], "think.none"),
     ("plain-whitespace-kept", "  \n Hi", {}, [(T, "  \n Hi")], "think.none"),
     ("plain-whitespace-only", " \n", {}, [(T, " \n")], "think.none"),
     ("plain-lookalike-tag", "<thinker> is a word", {}, [(T, "<thinker> is a word")], "think.none"),
     ("plain-partial-tag-at-end", "<think", {}, [(T, "<think")], "think.none"),
     ("plain-lt", "<", {}, [(T, "<")], "think.none"),
-    ("prose-about-tags", "Models write <think>x</think> first.", {},
-     [(T, "Models write <think>x</think> first.")], "think.none"),
-    ("later-think-after-block-stays-text", "<think>a</think>b <think>c</think>", {},
-     [(R, "a"), (T, "b <think>c</think>")], "think.block"),
-    ("plain-late-think-tag-stays-text", LONG + " <think>c</think>", {}, [(T, LONG + " <think>c</think>")],
-     "think.none"),
+    (
+        "prose-about-tags",
+        "Models write <think>x</think> first.",
+        {},
+        [(T, "Models write <think>x</think> first.")],
+        "think.none",
+    ),
+    (
+        "later-think-after-block-stays-text",
+        "<think>a</think>b <think>c</think>",
+        {},
+        [(R, "a"), (T, "b <think>c</think>")],
+        "think.block",
+    ),
+    (
+        "plain-late-think-tag-stays-text",
+        LONG + " <think>c</think>",
+        {},
+        [(T, LONG + " <think>c</think>")],
+        "think.none",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "kwargs", "expected", "outcome"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
-def test_every_chunking_gives_the_same_pieces(text: str, kwargs: dict[str, Any], expected: list[Piece],
-                                              outcome: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "kwargs", "expected", "outcome"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_every_chunking_gives_the_same_pieces(
+    text: str, kwargs: dict[str, Any], expected: list[Piece], outcome: str
+) -> None:
     for chunks in chunkings(text):
         pieces, counts = run(chunks, **kwargs)
         assert pieces == expected, chunks
@@ -174,8 +283,22 @@ def test_feed_after_finish_raises() -> None:
         splitter.finish()
 
 
-FRAGMENTS = ["<think>", "</think>", "<THINK>", "</Think>", "<", "</", "think", ">", "\n", "\r\n", " ", "a",
-             "b\u00e9", "\U0001f30d"]
+FRAGMENTS = [
+    "<think>",
+    "</think>",
+    "<THINK>",
+    "</Think>",
+    "<",
+    "</",
+    "think",
+    ">",
+    "\n",
+    "\r\n",
+    " ",
+    "a",
+    "b\u00e9",
+    "\U0001f30d",
+]
 
 
 def _visible(text: str) -> str:
@@ -197,8 +320,13 @@ def test_random_streams_lose_and_duplicate_nothing(start_inside: bool) -> None:
         (outcome,) = (k for k in counts if k != "think.late_close")
         low = text.lower()
         opened = low.lstrip().startswith("<think>")
-        dropped = {"think.block": 15, "think.start_inside": 8, "think.auto_inside": 8, "think.none": 0,
-                   "think.unclosed": 7 if opened else 0}[outcome]
+        dropped = {
+            "think.block": 15,
+            "think.start_inside": 8,
+            "think.auto_inside": 8,
+            "think.none": 0,
+            "think.unclosed": 7 if opened else 0,
+        }[outcome]
         out = "".join(piece for _, piece in whole)
         assert len(_visible(out)) == len(_visible(text)) - dropped, (text, whole)
         assert [kind for kind, _ in whole] in ([], ["reasoning"], ["text"], ["reasoning", "text"])

@@ -156,7 +156,11 @@ def test_functions_format_names_the_chosen_tool_by_its_flat_name(choice: Any, ex
 
 
 def test_functions_format_offers_only_the_tools_allowed_tools_allows() -> None:
-    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "exec_command"}]}
+    choice = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "exec_command"}],
+    }
     body = upstream(codex_body(tool_choice=choice)).body
     assert [tool["name"] for tool in body["tools"]] == ["exec_command"] and body["tool_choice"] == "auto"
 
@@ -166,7 +170,10 @@ def test_functions_format_offers_only_the_tools_allowed_tools_allows() -> None:
     [
         ({"type": "web_search"}, "tool_choice.type"),
         ({"type": "function", "name": "not_offered"}, "tool_choice.name"),
-        ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]}, "tool_choice.tools"),
+        (
+            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]},
+            "tool_choice.tools",
+        ),
     ],
 )
 def test_functions_format_refuses_a_choice_of_a_tool_not_offered(choice: Any, param: str) -> None:

@@ -146,7 +146,7 @@ class EmbeddedBackend:  # a backends.base.Backend
             "state": supervisor.state,
             "model": supervisor.options.alias,
             "context_window": self.windows.known()[supervisor.options.alias],
-                        "pid": supervisor.pid,
+            "pid": supervisor.pid,
             "restarts": supervisor.restarts,
             "message": supervisor.describe(),
         }

@@ -28,7 +28,6 @@ from codexgate.wire.responses import ResponsesRequest
 __all__ = ["ResponsesBackend", "ResponsesCall"]
 
 
-
 class ResponsesCall(HttpCall):
     """One request to a Responses upstream, from `open()` to the last event."""
 

@@ -159,8 +159,6 @@ def _not_recorded(method: str, path: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": "not_found", "param": None, "code": None}})
 
 
-
-
 def fixture_app(answers: Answers, base_path: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """The recording as an ASGI app under `base_path` (e.g. `/v1`). An answer recorded as
     broken or abandoned ends normally here: an HTTP server cannot replay a timeout."""
