@@ -53,6 +53,19 @@ _ROLES = frozenset(("user", "assistant", "system", "developer"))
 MAX_DEPTH = 64
 
 
+@dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """The client's own request, kept beside its canonical form for a backend that speaks the
+    same dialect and can pass it through (the Messages face's body to an `anthropic`
+    upstream): what the canonical request cannot hold (cache_control breakpoints, thinking
+    signatures byte for byte, betas) reaches that upstream unchanged. Every other backend
+    reads the canonical request only."""
+
+    dialect: str  # "messages": an Anthropic Messages body
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. anthropic-beta, anthropic-version
+
+
 @dataclass(slots=True)
 class ResponsesRequest:
     model: str
@@ -78,6 +91,8 @@ class ResponsesRequest:
     stop: list[str] | None = None
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The client's own body when its face keeps it for a backend of its dialect (NativeRequest).
+    native: NativeRequest | None = None
 
 
 _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
