@@ -149,6 +149,79 @@ async def test_past_the_days_budget_the_answer_is_insufficient_quota(tmp_path: P
     assert spent.headers["retry-after"] == "86390"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_days_budget_holds_for_requests_sent_back_to_back(tmp_path: Path, stream: bool) -> None:
+    """The answer that crosses the budget is served whole and the very next request is refused,
+    without waiting for the usage ledger's batch."""
+    script = [ChatReply(text="a", usage=Usage(prompt_tokens=60, completion_tokens=50))] * 2
+    async with gateway(tmp_path, keys("tokens_per_day = 1"), script) as (http, _):
+        first = await http.post("/v1/responses", json=ask(stream=stream), headers=as_(ALICE))
+        second = await http.post("/v1/responses", json=ask(stream=stream), headers=as_(ALICE))
+    assert first.status_code == 200 and (stream or first.json()["status"] == "completed")
+    assert second.status_code == 429 and error_of(second)["code"] == "insufficient_quota"
+    assert "budget of 1 tokens for today (110 used)" in error_of(second)["message"]
+
+
+async def test_tokens_per_minute_refuses_the_request_after_the_answer_that_crossed_it(tmp_path: Path) -> None:
+    script = [ChatReply(text="a", usage=Usage(prompt_tokens=100, completion_tokens=20))] * 5
+    async with gateway(tmp_path, keys("tokens_per_minute = 300"), script) as (http, _):
+        replies = [await http.post("/v1/responses", json=ask(), headers=as_(ALICE)) for _ in range(5)]
+    assert [r.status_code for r in replies] == [200, 200, 200, 429, 429]
+    assert "tokens per minute: limit 300, used 360" in error_of(replies[3])["message"]
+
+
+async def test_a_days_budget_holds_for_responses_sent_back_to_back_over_a_websocket(tmp_path: Path) -> None:
+    import orjson
+    from websockets.asyncio.client import connect
+
+    from tests.support.gateways import gateway_over
+
+    def script(body: dict[str, Any]) -> Any:
+        return ChatReply(text="a", usage=Usage(prompt_tokens=60, completion_tokens=50))
+
+    key = {"name": "alice", "key_env": "ALICE_KEY", "tokens_per_day": 1}
+    async with gateway_over(
+        FakeUpstream(script), ENV, api_keys=[key], store_path=str(tmp_path / "s.db")
+    ) as url:
+        async with connect(
+            url.replace("http://", "ws://") + "/v1/responses", additional_headers=as_(ALICE)
+        ) as ws:
+            await ws.send(orjson.dumps({"type": "response.create", **ask()}).decode())
+            while orjson.loads(await asyncio.wait_for(ws.recv(), 10))["type"] != "response.completed":
+                pass
+            await ws.send(orjson.dumps({"type": "response.create", **ask()}).decode())
+            refused = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert (refused["type"], refused["status"], refused["error"]["code"]) == (
+        "error",
+        429,
+        "insufficient_quota",
+    )
+
+
+async def test_a_budget_charge_the_store_misses_is_counted_here_and_written_later(tmp_path: Path) -> None:
+    """The store fails just as an answer's tokens are charged: the next request is refused all
+    the same (counted in the process), and the tokens reach the store with the next write."""
+    script = [ChatReply(text="a", usage=Usage(prompt_tokens=60, completion_tokens=50))] * 2
+
+    class LosesCharges(MemoryMeter):
+        failing = True
+
+        async def charge(self, charges: Any, rows: Any) -> None:
+            if self.failing and charges:
+                self.failing = False
+                raise StoreError("cannot count in the store: Connection refused")
+            await MemoryMeter.charge(self, charges, rows)
+
+    async with gateway(tmp_path, keys("tokens_per_day = 100"), script) as (http, app):
+        meter = LosesCharges()
+        app.admission.meter = app.admission.ledger.meter = meter
+        assert (await http.post("/v1/responses", json=ask(), headers=as_(ALICE))).status_code == 200
+        refused = await http.post("/v1/responses", json=ask(), headers=as_(ALICE))
+        await app.admission.ledger.write()
+    assert refused.status_code == 429 and error_of(refused)["code"] == "insufficient_quota"
+    assert meter.states["alice"].day_tokens == 110
+
+
 async def test_a_model_the_key_may_not_use_is_403_naming_it(tmp_path: Path) -> None:
     async with gateway(tmp_path, keys('models = ["coder"]')) as (http, _):
         refused = await http.post("/v1/responses", json=ask("other"), headers=as_(ALICE))
@@ -228,6 +301,7 @@ async def test_usage_rows_hold_what_the_upstream_reported(tmp_path: Path) -> Non
     ]
     assert [r["key"] for r in bobs["data"]] == ["bob"] and earlier["data"] == []
     assert not_admin.status_code == 403 and error_of(not_admin)["code"] == "admin_key_required"
+    assert error_of(not_admin)["type"] == "invalid_request_error"
     assert bad_date.status_code == 400 and error_of(bad_date)["param"] == "start_date"
 
 

@@ -4,6 +4,7 @@ behind a load balancer; and they enforce a key's limits together."""
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
@@ -120,3 +121,38 @@ def limited_gateway(
 ) -> AbstractContextManager[ServedGateway]:
     env = {"CODEXGATE_STORE": store, "CODEXGATE_STORE_URL": url, **KEY_ENV}
     return serve_process("--no-discover", "--upstream", upstream, "--config", str(config), env=env)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis", "postgres"])
+def test_two_processes_hold_a_days_budget_for_answers_sent_back_to_back(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The answer that crosses a key's day budget is served whole, and the next request, sent as
+    soon as it ended, is refused by the other gateway too: the tokens were in the shared store
+    before the answer's end went out (streamed or not), not a second later with the ledger."""
+    name = f"budget{uuid.uuid4().hex[:8]}"  # the Redis and PostgreSQL servers outlive this test
+    key = f"{name}-secret-key-0001"
+    config = tmp_path / "limits.toml"
+    config.write_text(f'[[api_keys]]\nname = "{name}"\nkey_env = "BUDGET_KEY"\ntokens_per_day = 1\n')
+    if store == "sqlite":
+        env = {"CODEXGATE_STORE": "sqlite", "CODEXGATE_STORE_PATH": str(tmp_path / "shared.db")}
+    else:
+        url = request.getfixturevalue("redis_url" if store == "redis" else "postgres_dsn")
+        env = {"CODEXGATE_STORE": store, "CODEXGATE_STORE_URL": url}
+    env["BUDGET_KEY"] = key
+    args = ("--no-discover", "--config", str(config))
+    with ExitStack() as stack:
+        upstream = stack.enter_context(run_asgi_server(FakeUpstream(answer_with_usage))) + "/v1"
+        with ThreadPoolExecutor(2) as pool:
+            one, two = (
+                g.base
+                for g in pool.map(
+                    stack.enter_context,
+                    [serve_process(*args, "--upstream", upstream, env=env) for _ in range(2)],
+                )
+            )
+        streamed = post(one, key, stream=True)
+        assert streamed.status_code == 200 and "event: response.completed" in streamed.text
+        refused = [post(two, key), post(one, key, stream=True)]
+    assert [(r.status_code, r.json()["error"]["code"]) for r in refused] == [(429, "insufficient_quota")] * 2
+    assert f"({USAGE.prompt_tokens + USAGE.completion_tokens} used)" in refused[0].json()["error"]["message"]

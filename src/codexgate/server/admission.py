@@ -5,8 +5,10 @@ models; docs/configuration.md "Keys and their limits").
 Each request to a face is admitted once, before it is routed, over HTTP and WebSocket alike:
 one round trip to the meter (store/meter.py) for a key with limits, none for a key without.
 A response admitted under `max_concurrent` holds a lease for its life, renewed every
-RENEW_SECONDS while held and released once the answer is delivered; the tokens of each
-answer are charged to the key's windows and ledger later, in batches (server/usage.py).
+RENEW_SECONDS while held and released once the answer is delivered. The tokens of an answer of
+a key with a token limit are charged to its windows before the answer's end goes out, so that
+a budget holds for requests sent back to back; its usage row is written later, in batches, with
+every other answer's (server/usage.py).
 
 Refusals are OpenAI's: 429 `rate_limit_exceeded` with Retry-After (Codex waits and retries),
 429 `insufficient_quota` past the day's budget, 403 `model_not_allowed`. A limited key's
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import secrets
 import time
@@ -39,7 +42,9 @@ from codexgate.server.usage import Ledger, utc_date
 from codexgate.store.base import StoreError
 from codexgate.store.meter import (
     COUNT_FIELDS,
+    DAY_SECONDS,
     Admit,
+    Charge,
     KeyLimits,
     KeyState,
     MemoryMeter,
@@ -75,6 +80,11 @@ class KeyPolicy:
             for n in (limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day,
                       limits.max_concurrent)
         )  # fmt: skip
+
+    @property
+    def spends_tokens(self) -> bool:
+        """Whether the key's answers count against a token limit (charged as each one ends)."""
+        return self.limits.tokens_per_minute is not None or self.limits.tokens_per_day is not None
 
     @classmethod
     def of(cls, config: ApiKeyConfig) -> KeyPolicy:
@@ -229,12 +239,16 @@ class Admission:
                 self._seen[ask.key] = (ask, verdict)
                 return verdict, False
         self._say_still_down()
-        seen = self._seen.get(ask.key)
+        self._seed_fallback(ask.key)
+        return await self.fallback.admit(ask), True
+
+    def _seed_fallback(self, key: str) -> None:
+        """Count `key` in the process from the last counts the store gave (once)."""
+        seen = self._seen.get(key)
         if seen is not None:
             last, n = seen
-            self.fallback.seed(ask.key, KeyState(last.minute, n.minute_requests, n.minute_tokens, last.day,
-                                                 n.day_tokens))  # fmt: skip
-        return await self.fallback.admit(ask), True
+            self.fallback.seed(key, KeyState(last.minute, n.minute_requests, n.minute_tokens, last.day,
+                                             n.day_tokens))  # fmt: skip
 
     def _store_down(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -317,9 +331,32 @@ class Admission:
             if exchange.terminal is not None:
                 route = getattr(exchange, "route", None) or self.route_of(exchange.model or "")
                 policy = self.policies.get(ticket.key)
-                self.ledger.record(exchange, ticket.key, route, charged=policy is not None and policy.counted)
+                spends = policy is not None and policy.spends_tokens
+                tokens = self.ledger.record(
+                    exchange, ticket.key, route, charged=policy is not None and policy.counted and not spends
+                )
+                if spends and tokens:
+                    await self._charge_now(ticket, tokens)
         except Exception:
             log.exception("a response's usage was not counted")
+
+    async def _charge_now(self, ticket: Ticket, tokens: int) -> None:
+        """Add an answer's tokens to its key's windows before the client reads its end: the
+        next request of the key, however soon, is admitted by counts that hold them (the
+        ledger's rows are still written in batches). A store that does not answer: counted in
+        this process, and written with the ledger's next batch."""
+        now = self.clock()
+        charge = Charge(ticket.key, math.floor(now / self.window), math.floor(now / DAY_SECONDS), tokens)
+        if not ticket.local and self.down_since is None:
+            try:
+                with timeouts.timeout(STORE_TIMEOUT):
+                    await self.meter.charge([charge], [])
+                return
+            except (StoreError, TimeoutError) as exc:
+                self._store_down(exc)
+        if self.down_since is not None:
+            self._seed_fallback(ticket.key)
+        self.ledger.charge_later(charge)
 
     async def day(self, viewer: str | None) -> list[dict[str, Any]]:
         """Today's (UTC) spend and limits of `viewer`'s key, or of every key for an admin or a

@@ -2,9 +2,11 @@
 added to the ledger per key, UTC day, route and upstream (store/meter.py), and the tokens to the
 key's windows for tokens_per_minute and tokens_per_day; and `GET /v1/usage`, which reads it.
 
-Nothing is written per response: answers are summed in memory and written every FLUSH_SECONDS
-(one call for all that ended meanwhile), and at the end. A store that is down keeps them in
-memory until it answers again (the sums are per key, day, route and upstream: a few rows).
+The ledger's rows are not written per response: answers are summed in memory and written every
+FLUSH_SECONDS (one call for all that ended meanwhile), and at the end. A store that is down keeps
+them in memory until it answers again (the sums are per key, day, route and upstream: a few
+rows). The tokens of a key with a token limit are not batched: server/admission.py charges them
+to its windows as each answer ends, so that a budget holds for requests sent back to back.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class Ledger:
         self._ready = ready  # opens the meter when nothing did yet
         self._pruned_on = ""  # rows older than keep_days are dropped once a day, at a write
 
-    def record(self, exchange: Exchange, key: str, route: str, charged: bool) -> None:
-        """An answered response of `key` (`charged`: its tokens count against its limits)."""
+    def record(self, exchange: Exchange, key: str, route: str, charged: bool) -> int:
+        """An answered response of `key`: its row, and its tokens (returned) charged to the key's
+        windows with the next write when `charged`."""
         usage = exchange.usage or {}
         now = self.clock()
         added = UsageRow(
@@ -92,13 +95,25 @@ class Ledger:
             row.add(added)
         tokens = added.input_tokens + added.output_tokens
         if charged and tokens:
-            where = (key, math.floor(now / self.window), math.floor(now / DAY_SECONDS))
-            self.charges[where] = self.charges.get(where, 0) + tokens
-            fallback = self._fallback()
-            if fallback is not None:  # counted here too while the store does not answer
-                state = fallback.states.get(key)
-                if state is not None:
-                    fallback.states[key] = state.charged(where[1], where[2], tokens)
+            self.charge_later(
+                Charge(key, math.floor(now / self.window), math.floor(now / DAY_SECONDS), tokens)
+            )
+        self._soon()
+        return tokens
+
+    def charge_later(self, charge: Charge) -> None:
+        """Tokens to add to a key's windows with the next write (counted in the process now
+        while the store does not answer)."""
+        where = (charge.key, charge.minute, charge.day)
+        self.charges[where] = self.charges.get(where, 0) + charge.tokens
+        fallback = self._fallback()
+        if fallback is not None:
+            state = fallback.states.get(charge.key)
+            if state is not None:
+                fallback.states[charge.key] = state.charged(charge.minute, charge.day, charge.tokens)
+        self._soon()
+
+    def _soon(self) -> None:
         if self._flush is None and self._writing is None:
             self._flush = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._start_writing)
 
@@ -169,9 +184,10 @@ class UsageRoute:
         asked = query.get("key")
         if asked is not None and asked != key:
             if not self.is_admin(caller):
-                raise GatewayError(
+                # The caller must change its request (another key), as for a model it may not use.
+                raise InvalidRequest(
                     "Only an API key with admin = true may read another key's usage.",
-                    code=ADMIN_REQUIRED, status=403,
+                    code=ADMIN_REQUIRED, param="key", status=403,
                 )  # fmt: skip
             key = None if asked == EVERY_KEY else asked
         rows = await self.read(key, start, end)
