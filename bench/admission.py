@@ -1,4 +1,4 @@
-"""What admitting a request by its key's limits costs, on each store (server/admission.py,
+"""What admitting a request by its key's limits costs, on each store (server/keys/admission.py,
 store/meter.py; docs/configuration.md "Keys and their limits").
 
     uv run python bench/admission.py [--quick] [--stores memory,sqlite,redis,postgres]
@@ -43,7 +43,7 @@ from procs import Processes, clean_env, cpu_seconds, free_port, source_info, wai
 from workload import Scenario, codex_request  # noqa: E402
 
 from codexgate.config import ApiKeyConfig  # noqa: E402
-from codexgate.server.admission import Admission  # noqa: E402
+from codexgate.server.keys.admission import Admission  # noqa: E402
 from codexgate.server.exchange import Exchange  # noqa: E402
 from codexgate.store import Store, meter_of, open_store  # noqa: E402
 from codexgate.store.base import Retention  # noqa: E402

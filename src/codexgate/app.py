@@ -31,7 +31,7 @@ from codexgate.observability.recorder import Recorder
 from codexgate.redact import Redactor, install_log_redaction, url_secrets
 from codexgate.routing.pool import Member, Pool
 from codexgate.routing.router import Router
-from codexgate.server.admission import Admission
+from codexgate.server.keys.admission import Admission
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.delivery import Face

@@ -197,7 +197,7 @@ class ModelOutputLoop(UpstreamError, code=Code.MODEL_OUTPUT_LOOP):
 
 class KeyLimitReached(GatewayError, status=429, error_type="rate_limit_error", code=Code.RATE_LIMIT_EXCEEDED):
     """The caller's API key is past its requests_per_minute, tokens_per_minute or max_concurrent
-    (server/admission.py); `retry_after` says when to try again. Codex retries it."""
+    (server/keys/admission.py); `retry_after` says when to try again. Codex retries it."""
 
 
 class KeyBudgetSpent(GatewayError, status=429, error_type="insufficient_quota", code=Code.INSUFFICIENT_QUOTA):

@@ -105,12 +105,13 @@ class _Probe:
 
 async def test_a_sent_batch_is_not_held_while_the_stream_waits_for_the_next() -> None:
     """The first batch (the response twice, with the request's echo) used to stay referenced
-    by the delivery loop through the model's whole prefill."""
+    by the delivery loop through the model's whole prefill (server/response.py `relay`)."""
     import weakref
 
     from codexgate.redact import Redactor
-    from codexgate.server.delivery import StreamEncoder, deliver_stream
+    from codexgate.server.delivery import StreamEncoder, StreamOutput
     from codexgate.server.exchange import Exchange
+    from codexgate.server.response import relay
 
     class Encoder(StreamEncoder):
         def batch(self, events: list[Any]) -> bytes:
@@ -131,6 +132,7 @@ async def test_a_sent_batch_is_not_held_while_the_stream_waits_for_the_next() ->
         first_gone.append(seen() is None)
         yield [{"type": "response.completed", "response": {}}]
 
-    await deliver_stream(events(), Encoder(), send, Exchange(None, "responses"), Redactor([]))
+    exchange = Exchange(None, "responses")
+    await relay(events(), StreamOutput(Encoder(), send, exchange), exchange, Redactor([]))
     assert first_gone == [True]
     assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body")

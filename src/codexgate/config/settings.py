@@ -106,7 +106,7 @@ _MAX_TOKENS = 10**15
 
 class ApiKeyConfig(Strict):
     """An inbound API key: the secret is read from `key_env`, never from the file; what the key
-    may spend (server/admission.py; docs/configuration.md "Keys and their limits"). A limit left
+    may spend (server/keys/admission.py; docs/configuration.md "Keys and their limits"). A limit left
     out (None) does not apply."""
 
     name: str
@@ -209,7 +209,7 @@ class Settings(Strict):
     allow_unauthenticated: bool = False  # serve non-loopback clients without keys
     allowed_hosts: list[str] = Field(default_factory=list)  # Host names besides IPs and localhost
     cors_origins: list[str] = Field(default_factory=list)  # browser origins allowed; none by default
-    # Connection limits (server/limits.py); the defaults leave Codex's long streams alone.
+    # Connection limits (server/connection_limits.py); the defaults leave Codex's long streams alone.
     header_timeout: float = Field(default=10.0, gt=0, le=3600)  # seconds to receive a request's head
     body_timeout: float = Field(default=60.0, gt=0, le=DAY)  # seconds to receive a request's body
     # Seconds an idle keep-alive connection is kept; past max_idle_connections of them, the

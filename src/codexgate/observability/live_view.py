@@ -102,7 +102,7 @@ class LiveView(Observer):
         days: Callable[[str | None], Awaitable[list[dict[str, Any]]]] | None = None,
         keys_seconds: float = 5.0,
     ) -> None:
-        """`days`: each key's day as a viewer may see it (server/admission.py `Admission.day`)."""
+        """`days`: each key's day as a viewer may see it (server/keys/admission.py `Admission.day`)."""
         self.router = router
         self.redactor = redactor or Redactor()
         self.capacity = capacity

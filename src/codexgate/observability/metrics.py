@@ -227,7 +227,7 @@ class Metrics(Observer):
 
 
 def _key_counters(registry: CollectorRegistry) -> tuple[Counter, Counter]:
-    """Tokens and requests by API key name (server/admission.py limits what each key spends)."""
+    """Tokens and requests by API key name (server/keys/admission.py limits what each key spends)."""
     tokens = Counter(
         "codexgate_key_tokens", "Tokens by API key name, from the answers' usage (kinds as "
         "codexgate_tokens).", ("key", "kind"), registry=registry,

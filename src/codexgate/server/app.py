@@ -12,7 +12,6 @@ through backends/base.py only.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -22,9 +21,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import orjson
 
 from codexgate import timeouts
-from codexgate.backends import scope as request_scope
-from codexgate.backends.base import Backend, Call, Inbound
-from codexgate.backends.scope import entered as entered_scope
+from codexgate.backends.base import Backend
 from codexgate.errors import (
     Code,
     GatewayError,
@@ -35,22 +32,21 @@ from codexgate.errors import (
 )
 from codexgate.redact import Redactor
 from codexgate.routing.router import Router
-from codexgate.server.admission import ANSWER_HEADERS, Admission, Ticket, with_headers
 from codexgate.server.asgi import App, Receive, Scope, Send
-from codexgate.server.delivery import BodyEncoder, ClientGone, Face, StreamEncoder, deliver, until_disconnect
-from codexgate.server.exchange import Exchange, answered_headers
+from codexgate.server.delivery import ClientGone, Face, http_output, until_disconnect
+from codexgate.server.exchange import Exchange
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
-from codexgate.server.http_errors import JSON_HEADERS, send_error, send_json
+from codexgate.server.http_errors import JSON_HEADERS, ErrorShape, openai_shape, send_error, send_json
+from codexgate.server.keys.admission import Admission
+from codexgate.server.keys.usage import UsageRoute
 from codexgate.server.observe import Observers
+from codexgate.server.response import Responder
 from codexgate.server.response_routes import ResourceHandler, StoredResponses
-from codexgate.server.state import Recent, ResponseState
+from codexgate.server.state import ResponseState
 from codexgate.server.stopping import Streams
-from codexgate.server.usage import UsageRoute
 from codexgate.server.websocket import ResponsesSockets, SocketLimits
 from codexgate.store.meter import MemoryMeter
-from codexgate.translate.interrupt import Interrupt
-from codexgate.wire.responses import ResponsesRequest
 
 log = logging.getLogger("codexgate.server")
 
@@ -80,7 +76,7 @@ class GatewayApp:
     ) -> None:
         """`faces`: the faces by the path they serve under /v1 (POST), e.g.
         {"/responses": ResponsesFace()}. `health_details`: more sections for /healthz (the
-        embedded model's state). `admission`: what each API key may spend (server/admission.py)."""
+        embedded model's state). `admission`: what each API key may spend (server/keys/admission.py)."""
         self.router = router
         self.faces = faces if faces is not None else {"/responses": ResponsesFace()}
         self.max_body_bytes = max_body_bytes
@@ -91,7 +87,7 @@ class GatewayApp:
         self.state = state or ResponseState(None)
         # Metrics, traces, the recorder, the live view (server/observe.py).
         self.observers = observers or Observers()
-        # Each key's limits, admitted before a request is routed; its usage (server/usage.py).
+        # Each key's limits, admitted before a request is routed; its usage (server/keys/usage.py).
         self.admission = admission or Admission(MemoryMeter(), shared=False)
         self._on_startup = on_startup
         self._on_shutdown = on_shutdown
@@ -104,6 +100,12 @@ class GatewayApp:
         # with a terminal event (server/stopping.py).
         self.streams = Streams()
         self.on_stopping.append(self.streams.begin)
+        # One response's life, shared by every face and transport (server/response.py).
+        self.responder = Responder(
+            router, self.state, self.observers, self.admission, self.streams, self.redactor, on_no_upstream
+        )
+        if guard is not None:
+            guard.shape_for = self.error_shape
         # The route table: path (without /v1) -> method -> handler.
         self.routes: dict[str, dict[str, Handler]] = self._route_table()
         self.sockets = self._responses_sockets(socket_limits or SocketLimits())
@@ -129,16 +131,7 @@ class GatewayApp:
         responses = self.faces.get("/responses")
         if not isinstance(responses, ResponsesFace):
             return None
-        return ResponsesSockets(
-            responses.reader.read_object,
-            self._call,
-            self.state,
-            self.redactor,
-            limits,
-            self.observers.finished,
-            self.streams,
-            self.admission,
-        )
+        return ResponsesSockets(responses.reader.read_object, self.responder, limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -196,7 +189,7 @@ class GatewayApp:
                 raise _method_not_allowed(methods, scope)
             await handler(scope, receive, send)
         except GatewayError as exc:
-            await send_error(send, exc, self.redactor, scope.get(ANSWER_HEADERS))
+            await send_error(send, exc, self.redactor, shape=self.error_shape(path))
         except ClientGone:
             pass
         except Exception:
@@ -284,76 +277,34 @@ class GatewayApp:
     async def _serve(self, face: Face, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(_header(scope, b"x-client-request-id"), face.name)
         exchange.caller = scope.get(API_KEY_NAME)
-        ticket: Ticket | None = None
+        output = None
         try:
-            # The body is not kept in a variable: this frame lives as long as the stream.
-            ask = face.read(await self._read_body(scope, receive), scope.get(API_KEY_NAME))
+            # The body is not kept in a variable, nor the request once the backend has it: this
+            # frame lives as long as the stream.
+            ask = face.read(await self._read_body(scope, receive), exchange.caller, scope["headers"])
             exchange.model, exchange.req = ask.req.model, ask.req
-            ticket = await self.admission.admit(exchange.caller, ask.req.model)  # its limits
-            # Its slot freed and its tokens counted as the answer ends (Exchange.settle).
-            exchange.at_end = functools.partial(self.admission.settle, ticket, exchange)
-            if ticket.headers:
-                scope[ANSWER_HEADERS] = ticket.headers
-                ask.encoder, send = with_headers(ask.encoder, send, ticket.headers)
-            if ticket.refusal is not None:
-                raise ticket.refusal
-            with self.streams.stream() as interrupt, entered_scope(interrupt):
-                call = await self._call(ask.req, ask.inbound, exchange)
-                encoder = ask.encoder
-                # The request (its whole history) is the backend's now: a long stream holds
-                # only what the rest of it needs.
-                del ask
-                answer = self._answer(call, encoder, send, exchange, interrupt)
-                await until_disconnect(receive, exchange, answer)
-        except GatewayError as exc:
+            output = http_output(ask.encoder, send, exchange)
+            answer = self.responder.respond(exchange, ask.req, ask.inbound, output)
+            del ask
+            await until_disconnect(receive, exchange, answer)
+        except GatewayError as exc:  # before the first byte (server/response.py)
             exchange.status, exchange.outcome = exc.status, exc.code
             exchange.error_message = exc.message
-            raise
+            headers = output.headers if output is not None else None
+            await send_error(send, exc, self.redactor, headers, face.error_shape)
         except ClientGone:
             exchange.outcome = exchange.outcome or "client_gone"
-            raise
         finally:
             await exchange.settle()  # when the answer did not end with a terminal event
             exchange.log()
             self.observers.finished(exchange)
 
-    async def _call(
-        self, req: ResponsesRequest, inbound: Inbound, exchange: Exchange, recent: Recent | None = None
-    ) -> Call:
-        """The backend call for a request, with the request services around it (server/state.py).
-        Raises GatewayError before anything is sent."""
-        if not self.router.backends and self._on_no_upstream is not None:
-            await self._on_no_upstream()
-        route = self.router.resolve(req.model)
-        exchange.upstream, exchange.caller = route.backend.name, inbound.caller
-        prepared = await self.state.prepare(req, inbound, recent)
-        call = route.backend.call(prepared.req, route.upstream_model, prepared.inbound)
-        exchange.prepared = prepared
-        self.observers.started(exchange)
-        exchange.req = exchange.prepared = None  # for `started` only (server/exchange.py)
-        return self.state.wrap(call, prepared, recent)
-
-    async def _answer(
-        self,
-        call: Call,
-        encoder: StreamEncoder | BodyEncoder,
-        send: Send,
-        delivery: Exchange,
-        interrupt: Interrupt,
-    ) -> None:
-        # Errors before this point are HTTP errors; a stop cuts the wait short with a 503.
-        await interrupt.wait(call.open())
-        where = request_scope.current().answered_by
-        if where is not None:  # a pool's member took it: the answer says which route and upstream
-            delivery.answered_by(where)
-            encoder, send = with_headers(encoder, send, answered_headers(where))
-        events = call.events()
-        try:
-            await deliver(events, encoder, send, delivery, self.redactor)
-            async for _ in events:  # the backend drains the upstream after the terminal event
-                pass
-        finally:
-            await events.aclose()
+    def error_shape(self, path: str) -> ErrorShape:
+        """How the clients of `path` (with or without /v1) read an error: its face's shape, or
+        OpenAI's."""
+        path = path.removeprefix("/v1")
+        face = self.faces.get(path) or self.faces.get(path.rpartition("/")[0])
+        return face.error_shape if face is not None else openai_shape
 
     async def _health_route(self, scope: Scope, receive: Receive, send: Send) -> None:
         status, health = await self._health()

@@ -1,6 +1,7 @@
-"""Delivery: a backend's event batches to the client, through the encoder its face chose (an
-event stream of Responses events or chat chunks, one JSON body), while watching for the client
-leaving (which cancels the upstream request). Delivery knows no face: a face is a module under
+"""Delivery over HTTP: a backend's event batches to the client, through the encoder its face
+chose (an event stream of Responses events, chat chunks or Messages events; one JSON body), as
+the `Output` of the response's life (server/response.py), while watching for the client leaving
+(which cancels the upstream request). Delivery knows no face: a face is a module under
 server/faces/ that reads a request and hands over an encoder.
 """
 
@@ -8,21 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from codexgate.backends.base import Inbound
 from codexgate.errors import GatewayError
-from codexgate.redact import Redactor
 from codexgate.server.asgi import Receive, Send
 from codexgate.server.exchange import Exchange
-from codexgate.server.http_errors import redact_failure, send_json
+from codexgate.server.http_errors import ErrorShape, send_json
 from codexgate.wire.responses import ResponsesRequest
-from codexgate.wire.responses_events import FAILED, TERMINAL, Event
+from codexgate.wire.responses_events import Event
 
 log = logging.getLogger("codexgate.server")
 
+
+# The request's headers as ASGI gives them (lower-case names).
+RequestHeaders = Sequence[tuple[bytes, bytes]]
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -37,9 +40,12 @@ class ClientGone(Exception):
 
 class StreamEncoder:
     """How a face writes a streamed answer: the response head, each batch of events, and what
-    follows the terminal batch."""
+    follows the terminal batch; `keepalive`: bytes sent while the upstream is silent for
+    `keepalive_seconds` (None: nothing)."""
 
     headers: list[tuple[bytes, bytes]] = SSE_HEADERS
+    keepalive: bytes | None = None
+    keepalive_seconds: float = 10.0
 
     def batch(self, events: list[Event]) -> bytes:
         raise NotImplementedError
@@ -75,100 +81,140 @@ class Face(Protocol):
         """For the access log: `responses`, `chat`."""
         ...
 
-    def read(self, body: bytes, caller: str | None) -> Ask:
-        """The request as the canonical request and the encoder of its answer. Raises
-        InvalidRequest (a 400 naming the field) for a body this face cannot read."""
+    @property
+    def error_shape(self) -> ErrorShape:
+        """How this face's clients read an error answered before the first byte."""
+        ...
+
+    def read(self, body: bytes, caller: str | None, headers: RequestHeaders) -> Ask:
+        """The request as the canonical request and the encoder of its answer; `headers` are
+        the request's. Raises InvalidRequest (a 400 naming the field) for a body this face
+        cannot read."""
         ...
 
 
-async def deliver_stream(
-    events: AsyncIterator[list[Event]],
-    encoder: StreamEncoder,
-    send: Send,
-    delivery: Exchange,
-    redactor: Redactor,
-) -> None:
-    # The head goes out with the first batch, not before it: the backend's run has then
-    # started, so whatever happens to the client next, closing the run releases the backend.
-    batches = 0
-    terminal: Event | None = None
-    watch = delivery.watch
-    async for batch in events:
-        if not batches:
-            await send({"type": "http.response.start", "status": 200, "headers": encoder.headers})
-            delivery.status = 200
-        last = batch[-1]
-        if last["type"] == FAILED:
-            redact_failure(last, redactor)
-        if watch is not None:
-            watch(batch)
-        if last["type"] in TERMINAL:
-            terminal = last
-            delivery.ended_with(last)
-            await delivery.settle()
-        data = encoder.batch(batch)
+class StreamOutput:
+    """An answer streamed over HTTP through its face's encoder (server/response.py `Output`).
+
+    The head goes out with the first batch, not before it: the backend's run has then started,
+    so whatever happens to the client next, closing the run releases the backend. An encoder
+    with a `keepalive` (the Messages face's `ping`) has it sent whenever nothing else went out
+    for `keepalive_seconds`, until the terminal event (`stop` ends it; the transport calls it)."""
+
+    __slots__ = ("_encoder", "_send", "_exchange", "_headers", "_started", "_last_sent", "_pinger")
+
+    def __init__(self, encoder: StreamEncoder, send: Send, exchange: Exchange) -> None:
+        self._encoder = encoder
+        self._send = send
+        self._exchange = exchange
+        self._headers = encoder.headers
+        self._started = False
+        self._last_sent = 0.0
+        self._pinger: asyncio.Task[None] | None = None
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers the answer carries beyond the encoder's (for an error answered instead)."""
+        return self._headers[len(self._encoder.headers) :]
+
+    def add_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self._headers = [*self._headers, *headers]
+
+    async def send(self, batch: list[Event], ending: bool) -> None:
+        send = self._send
+        if not self._started:
+            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
+            self._started = True
+            self._exchange.status = 200
+            if self._encoder.keepalive is not None and not ending:
+                self._pinger = asyncio.ensure_future(self._ping_while_silent())
+        data = self._encoder.batch(batch)
         if data:  # a face may have nothing to say for some events (chat: in_progress)
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        batches += 1
-        if batches == 2:  # the first batch after response.created/in_progress
-            delivery.saw_output()
-        if terminal is not None:
-            break
-        # Nothing of a sent batch waits with the stream for the next one: the first batch (the
-        # response twice, with the request's echo) would otherwise be held through the model's
-        # whole prefill, encoded and decoded (~50 KB for a Codex request).
-        del batch, last, data
-    if not batches:  # nothing was sent yet: still an HTTP error (the turn's run never does this)
-        raise GatewayError("The stream ended without a terminal event.")
-    # End the HTTP response at the terminal event; the backend may still drain the upstream.
-    delivery.complete = True
-    await send({"type": "http.response.body", "body": encoder.end(terminal) if terminal else b""})
+            if self._pinger is not None:
+                self._last_sent = asyncio.get_running_loop().time()
+        if ending:
+            # The HTTP response ends at the terminal event; the backend may still drain the upstream.
+            self.stop()
+            self._exchange.complete = True
+            await send({"type": "http.response.body", "body": self._encoder.end(batch[-1])})
+
+    async def finish(self, events: AsyncGenerator[list[Event], None], ended: bool) -> bool:
+        if ended:
+            async for _ in events:  # the backend drains the upstream after the terminal event
+                pass
+            return False
+        self.stop()
+        if not self._started:  # nothing was sent yet: still an HTTP error (the turn's run never does this)
+            raise GatewayError("The stream ended without a terminal event.")
+        self._exchange.complete = True
+        await self._send({"type": "http.response.body", "body": b""})
+        return False
+
+    def stop(self) -> None:
+        """No more keepalives (the answer ended, or the transport gave up on it)."""
+        if self._pinger is not None:
+            self._pinger.cancel()
+            self._pinger = None
+
+    async def _ping_while_silent(self) -> None:
+        loop = asyncio.get_running_loop()
+        keepalive, every = self._encoder.keepalive, self._encoder.keepalive_seconds
+        assert keepalive is not None
+        self._last_sent = loop.time()
+        try:
+            while not self._exchange.complete:
+                wait = self._last_sent + every - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                await self._send({"type": "http.response.body", "body": keepalive, "more_body": True})
+                self._last_sent = loop.time()
+        except Exception:  # the client left: the answer's own send says so
+            log.debug("a keepalive was not sent", exc_info=True)
 
 
-async def deliver_body(
-    events: AsyncIterator[list[Event]],
-    encoder: BodyEncoder,
-    send: Send,
-    delivery: Exchange,
-    redactor: Redactor,
-) -> None:
-    """Non-streaming: the same events, folded into one body by the face's encoder."""
-    final: Event | None = None
-    batches = 0
-    watch = delivery.watch
-    async for batch in events:
-        batches += 1
-        if batches == 2:
-            delivery.saw_output()
-        last = batch[-1]
-        if last["type"] == FAILED:
-            redact_failure(last, redactor)
-        if watch is not None:
-            watch(batch)
-        if last["type"] in TERMINAL:
-            final = last
-            break
-    if final is None:
-        raise GatewayError("The stream ended without a terminal event.")
-    delivery.complete = True
-    delivery.ended_with(final)
-    await delivery.settle()
-    status, body = encoder.whole(final)
-    delivery.status = status
-    await send_json(send, status, body)
+class BodyOutput:
+    """A non-streamed answer over HTTP: the same events, folded into one body by the face's
+    encoder once the terminal event comes."""
+
+    __slots__ = ("_encoder", "_send", "_exchange", "headers")
+
+    def __init__(self, encoder: BodyEncoder, send: Send, exchange: Exchange) -> None:
+        self._encoder = encoder
+        self._send = send
+        self._exchange = exchange
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    def add_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self.headers = [*self.headers, *headers]
+
+    async def send(self, batch: list[Event], ending: bool) -> None:
+        if not ending:
+            return
+        self._exchange.complete = True
+        status, body = self._encoder.whole(batch[-1])
+        self._exchange.status = status
+        await send_json(self._send, status, body, self.headers)
+
+    async def finish(self, events: AsyncGenerator[list[Event], None], ended: bool) -> bool:
+        if not ended:
+            raise GatewayError("The stream ended without a terminal event.")
+        async for _ in events:  # the backend drains the upstream after the terminal event
+            pass
+        return False
+
+    def stop(self) -> None:
+        return None
 
 
-async def deliver(
-    events: AsyncIterator[list[Event]],
-    encoder: StreamEncoder | BodyEncoder,
-    send: Send,
-    delivery: Exchange,
-    redactor: Redactor,
-) -> None:
+def http_output(
+    encoder: StreamEncoder | BodyEncoder, send: Send, exchange: Exchange
+) -> StreamOutput | BodyOutput:
+    """The output of an HTTP answer written by `encoder`."""
     if isinstance(encoder, StreamEncoder):
-        await deliver_stream(events, encoder, send, delivery, redactor)
-    else:
-        await deliver_body(events, encoder, send, delivery, redactor)
+        return StreamOutput(encoder, send, exchange)
+    return BodyOutput(encoder, send, exchange)
 
 
 async def until_disconnect(receive: Receive, delivery: Exchange, work: Awaitable[None]) -> None:

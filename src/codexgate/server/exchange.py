@@ -85,7 +85,7 @@ class Exchange:
             self.route, self.upstream = where
 
     async def settle(self) -> None:
-        """Run `at_end`, once: the key's slot freed and its usage counted (server/admission.py).
+        """Run `at_end`, once: the key's slot freed and its usage counted (server/keys/admission.py).
         Called just before the terminal event (or error) goes out, since a client such as
         Codex sends its next request as soon as it reads it; the gateway may still be reading
         the upstream's tail then, and the request must not count against the key twice."""

@@ -39,6 +39,7 @@ from codexgate.errors import InvalidRequest
 from codexgate.redact import Redactor
 from codexgate.server.asgi import Scope, Send
 from codexgate.server.auth import KeyRing, presented_key, resolve_api_keys
+from codexgate.server.http_errors import ErrorShape, openai_shape
 
 log = logging.getLogger("codexgate.guard")
 
@@ -103,8 +104,10 @@ class Guard:
         self._mtime = self._config_mtime()
         self._check_every = reload_check_seconds
         self._next_check = time.monotonic() + reload_check_seconds
-        # Told the `[[api_keys]]` read on each reload (their limits: server/admission.py).
+        # Told the `[[api_keys]]` read on each reload (their limits: server/keys/admission.py).
         self.on_reload: list[Callable[[Sequence[ApiKeyConfig]], None]] = []
+        # How the clients of a path read a refusal (the app sets its faces' shapes).
+        self.shape_for: Callable[[str], ErrorShape] = lambda path: openai_shape
 
     # -- reload
 
@@ -183,11 +186,12 @@ class Guard:
                 _check_json(wanted.get(b"content-type"))
         except Refusal as refusal:
             log.debug("refused %s %s from %s: %s", scope["method"], scope["path"], _peer(scope), refusal.code)
+            status, body = self.shape_for(scope["path"])(refusal)
             headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
             await send(
                 {
                     "type": "http.response.start",
-                    "status": refusal.status,
+                    "status": status,
                     "headers": [
                         *headers,
                         *refusal.headers,
@@ -195,7 +199,7 @@ class Guard:
                     ],
                 }
             )
-            await send({"type": "http.response.body", "body": orjson.dumps(refusal.to_body())})
+            await send({"type": "http.response.body", "body": orjson.dumps(body)})
             return None
         return _with_headers(send, cors) if cors else send
 

@@ -6,6 +6,7 @@ upstream text that may echo a secret. After the first byte of a stream an error 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -25,23 +26,34 @@ async def send_json(
     await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
+# How a face's clients read an error before the first byte: the HTTP status and the body.
+ErrorShape = Callable[[GatewayError], tuple[int, dict[str, Any]]]
+
+
+def openai_shape(error: GatewayError) -> tuple[int, dict[str, Any]]:
+    """OpenAI's: {"error": {message, type, param, code}} (the Responses and Chat faces)."""
+    return error.status, error.to_body()
+
+
 async def send_error(
     send: Send,
     error: GatewayError,
     redactor: Redactor | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
+    shape: ErrorShape = openai_shape,
 ) -> None:
-    """The error as an HTTP response, its message redacted (upstream text may echo secrets), with
-    `headers` (a limited key's rate-limit headers) and, for a 429 or 503 that says when,
-    Retry-After."""
+    """The error as an HTTP response in `shape`, its message redacted (upstream text may echo
+    secrets), with `headers` (a limited key's rate-limit headers) and, for a 429, 503 or 529
+    that says when, Retry-After."""
     if redactor is not None:
         error.message = redactor.redact(error.message)
+    status, body = shape(error)
     headers = list(headers or ())
-    if error.status in (429, 503) and error.retry_after is not None:
+    if status in (429, 503, 529) and error.retry_after is not None:
         headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after))).encode()))
-    if error.status in (408, 413):
+    if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
-    await send_json(send, error.status, error.to_body(), headers)
+    await send_json(send, status, body, headers)
 
 
 def redact_failure(event: Event, redactor: Redactor) -> None:

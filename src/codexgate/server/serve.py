@@ -25,7 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from codexgate.config import API_KEYS_ENV, CodexUpstream, ConfigError, HttpUpstream, Settings
 from codexgate.redact import RedactingFilter, Redactor, redact_url
 from codexgate.server.app import GatewayApp
-from codexgate.server.limits import ConnectionLimits, limited_protocol
+from codexgate.server.connection_limits import ConnectionLimits, limited_protocol
 from codexgate.server.logs import uvicorn_log_config
 from codexgate.server.malloc_trim import give_back_memory, give_back_now
 

@@ -19,36 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from codexgate.backends import scope as request_scope
-from codexgate.backends.base import Call, Inbound, conversation_of
-from codexgate.backends.scope import entered as entered_scope
+from codexgate.backends.base import Inbound, conversation_of
 from codexgate.errors import GatewayError, InvalidRequest
 from codexgate.redact import Redactor
-from codexgate.server.admission import Admission, Ticket
 from codexgate.server.asgi import Receive, Scope, Send
 from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
-from codexgate.server.http_errors import redact_failure
-from codexgate.server.rate_limits import Headers
-from codexgate.server.state import Recent, Remembered, ResponseState
-from codexgate.server.stopping import Streams
-from codexgate.store.meter import MemoryMeter
+from codexgate.server.keys.rate_limits import Headers
+from codexgate.server.response import Responder
+from codexgate.server.state import Recent, Remembered
 from codexgate.translate.envelope import Envelope, estimated_usage
 from codexgate.translate.turn import new_id
 from codexgate.wire.checks import decode_json_object
 from codexgate.wire.responses import ResponsesRequest
-from codexgate.wire.responses_events import FAILED, TERMINAL, Event
+from codexgate.wire.responses_events import Event
 
 log = logging.getLogger("codexgate.websocket")
 
@@ -69,35 +63,15 @@ class SocketLimits:
 # The create frame and the API key's name -> (canonical request, what is known of it);
 # raises InvalidRequest naming the field.
 Reader = Callable[[dict[str, Any], str | None, int], tuple[ResponsesRequest, Inbound]]
-# What runs one request for a connection (the app's: route, expand, backend call, store).
-Starter = Callable[[ResponsesRequest, Inbound, Exchange, Recent], Awaitable[Call]]
 
 
 class ResponsesSockets:
-    """Every WebSocket connection on /v1/responses."""
+    """Every WebSocket connection on /v1/responses. Each response lives as one over HTTP does
+    (server/response.py: admitted by its key's limits, routed, ended by a stopping server)."""
 
-    def __init__(
-        self,
-        read: Reader,
-        start: Starter,
-        state: ResponseState,
-        redactor: Redactor,
-        limits: SocketLimits,
-        finished: Callable[[Exchange], None] = lambda exchange: None,
-        streams: Streams | None = None,
-        admission: Admission | None = None,
-    ) -> None:
-        self._finished = finished
-        # Each key's limits (server/admission.py), shared with HTTP: a response over a WebSocket
-        # is admitted and holds its slot like one over HTTP.
-        self.admission = admission or Admission(MemoryMeter(), shared=False)
-        # The responses being delivered (the app's, shared with HTTP) and the connections: a
-        # stopping server ends the one, and the others close once their response ended.
-        self.streams = streams if streams is not None else Streams()
+    def __init__(self, read: Reader, responder: Responder, limits: SocketLimits) -> None:
         self._read = read
-        self._start = start
-        self._state = state
-        self._redactor = redactor
+        self.responder = responder
         self.limits = limits
         self.open = 0
 
@@ -141,7 +115,7 @@ class _Connection:
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read_frames())
-        streams = self.sockets.streams
+        streams = self.sockets.responder.streams
         # A stopping server: the connection closes (1001) once no response is in flight, at
         # once when idle (None wakes the loop), so the client reconnects to a gateway that stays.
         streams.hold(self._going_away)
@@ -226,14 +200,16 @@ class _Connection:
         del text
         frame_bytes = len(raw)
         self.answered = False
+        responder = self.sockets.responder
         exchange = Exchange(None, "responses-ws")
+        exchange.caller = self.scope.get(API_KEY_NAME)
+        output = _Frames(self, exchange, frame_bytes)
         previous: str | None = None
-        ticket: Ticket | None = None
         try:
             data = _create_frame(raw)
             del raw
             generate = data.pop("generate", True)
-            req, inbound = self.sockets._read(data, self.scope.get(API_KEY_NAME), frame_bytes)
+            req, inbound = self.sockets._read(data, exchange.caller, frame_bytes)
             if inbound.conversation is None:  # the connection is the conversation (routing/choice.py)
                 inbound = dataclasses.replace(inbound, conversation=self.conversation)
             del data
@@ -243,68 +219,22 @@ class _Connection:
                 await self._prewarm(req, inbound, frame_bytes)
                 exchange.status, exchange.outcome = 200, "prewarmed"
                 return
-            ticket = await self.sockets.admission.admit(self.scope.get(API_KEY_NAME), req.model)
-            exchange.at_end = functools.partial(self.sockets.admission.settle, ticket, exchange)
-            if ticket.refusal is not None:
-                raise ticket.refusal
-            # A stopping server refuses it, or ends it.
-            with self.sockets.streams.stream() as interrupt, entered_scope(interrupt):
-                call = await self.sockets._start(req, inbound, exchange, self.recent)
-                del req, inbound
-                await interrupt.wait(call.open())
-                exchange.answered_by(request_scope.current().answered_by)
-                await self._stream(call, exchange, frame_bytes)
-        except GatewayError as exc:
+            answer = responder.respond(exchange, req, inbound, output, self.recent)
+            del req, inbound
+            await answer
+        except GatewayError as exc:  # before the first frame of the answer (server/response.py)
             exchange.status, exchange.outcome = exc.status, exc.code
             exchange.error_message = exc.message
             if previous is not None:  # a failed continuation evicts what it continued
                 self.recent.forget(previous)
             await self._answered(exchange)
-            await self._send_error(exc, ticket.headers if ticket is not None else None)
+            await self._send_error(exc, output.headers)
         finally:
             if not self.answered:  # no terminal frame went out (the client left, the server stops)
                 self.busy = False
             await exchange.settle()
             exchange.log()
-            self.sockets._finished(exchange)
-
-    async def _stream(self, call: Call, exchange: Exchange, frame_bytes: int) -> None:
-        events = call.events()
-        exchange.status = 200
-        output_bytes = 0
-        batches = 0
-        watch = exchange.watch
-        ended = False
-        try:
-            async for batch in events:
-                last = batch[-1]
-                ending = last["type"] in TERMINAL
-                if last["type"] == FAILED:
-                    redact_failure(last, self.sockets._redactor)
-                if watch is not None:
-                    watch(batch)
-                for event in batch:
-                    frame = orjson.dumps(event).decode()
-                    if event["type"] == "response.output_item.done":
-                        output_bytes += len(frame)
-                    elif ending and event is last:
-                        exchange.ended_with(last)
-                        await self._answered(exchange)
-                    await self.send({"type": "websocket.send", "text": frame})
-                batches += 1
-                if batches == 2:
-                    exchange.saw_output()
-                if ending:
-                    self._account(frame_bytes + output_bytes)
-                    ended = True
-                    break
-        finally:
-            if ended:  # the client may send its next request now: it does not wait for this
-                tail = asyncio.ensure_future(_read_tail(events))
-                self.tails.add(tail)
-                tail.add_done_callback(self.tails.discard)
-            else:
-                await events.aclose()
+            responder.observers.finished(exchange)
 
     async def _answered(self, exchange: Exchange | None) -> None:
         """The response's last frame is about to go out: the client may send its next
@@ -331,7 +261,7 @@ class _Connection:
         """`generate:false` (an extension the newest spec dropped; Codex sends it): nothing is
         generated; the request's context is remembered so that the next request continues it
         with only new items. Codex waits for the completed event."""
-        prepared = await self.sockets._state.prepare(req, inbound, self.recent)
+        prepared = await self.sockets.responder.state.prepare(req, inbound, self.recent)
         now = int(time.time())
         envelope = Envelope.for_request(req, new_id("resp"), now)
         created = envelope.resource("in_progress", [])
@@ -344,7 +274,52 @@ class _Connection:
 
     async def _send_error(self, error: GatewayError, headers: Headers | None = None) -> None:
         with contextlib.suppress(Exception):  # the client may be gone
-            await self.send(_text(_error_frame(error, self.sockets._redactor, headers)))
+            await self.send(_text(_error_frame(error, self.sockets.responder.redactor, headers)))
+
+
+class _Frames:
+    """A response's events as text frames (server/response.py `Output`): the connection may take
+    its next `response.create` from the terminal frame on, and what the backend still reads of
+    the upstream then is read in a task of its own."""
+
+    __slots__ = ("_connection", "_exchange", "_frame_bytes", "_output_bytes", "headers")
+
+    def __init__(self, connection: _Connection, exchange: Exchange, frame_bytes: int) -> None:
+        self._connection = connection
+        self._exchange = exchange
+        self._frame_bytes = frame_bytes
+        self._output_bytes = 0
+        self.headers: Headers = []  # a limited key's, for an error frame
+
+    def add_headers(self, headers: Headers) -> None:
+        self.headers = [*self.headers, *headers]
+
+    async def send(self, batch: list[Event], ending: bool) -> None:
+        connection = self._connection
+        self._exchange.status = 200
+        if ending:
+            await connection._answered(None)  # the relay settled the exchange
+        send = connection.send
+        for event in batch:
+            frame = orjson.dumps(event).decode()
+            if event["type"] == "response.output_item.done":
+                self._output_bytes += len(frame)
+            await send({"type": "websocket.send", "text": frame})
+        if ending:
+            connection._account(self._frame_bytes + self._output_bytes)
+
+    async def finish(self, events: AsyncGenerator[list[Event], None], ended: bool) -> bool:
+        if not ended:
+            return False
+        # The client may send its next request now: it does not wait for this.
+        tails = self._connection.tails
+        tail = asyncio.ensure_future(_read_tail(events))
+        tails.add(tail)
+        tail.add_done_callback(tails.discard)
+        return True
+
+    def stop(self) -> None:
+        return None
 
 
 async def _read_tail(events: AsyncGenerator[list[Event], None]) -> None:

@@ -1,5 +1,5 @@
 """What each API key spends, counted where the store is: the limits' counters and the usage
-ledger (server/admission.py decides with them; docs/configuration.md "Keys and their limits").
+ledger (server/keys/admission.py decides with them; docs/configuration.md "Keys and their limits").
 
 A small async protocol, `Meter`, with one contract test suite (tests/store/test_meter.py) run
 against every implementation: SQLite (store/sqlite_meter.py: every process on the machine sees

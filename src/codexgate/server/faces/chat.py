@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from codexgate.backends.base import Inbound, conversation_of
-from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
+from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEncoder
+from codexgate.server.http_errors import openai_shape
 from codexgate.translate.chat_face.chunks import ChatChunkEncoder, chat_completion
 from codexgate.translate.chat_face.request import parse_chat_request
 from codexgate.wire.checks import decode_json_object
@@ -59,8 +60,9 @@ class ChatFace:
     """`POST /v1/chat/completions`."""
 
     name = "chat"
+    error_shape = staticmethod(openai_shape)
 
-    def read(self, body: bytes, caller: str | None) -> Ask:
+    def read(self, body: bytes, caller: str | None, headers: RequestHeaders = ()) -> Ask:
         """Raises InvalidRequest naming the chat parameter."""
         ask = parse_chat_request(decode_json_object(body, "The request body"))
         req = ask.request

@@ -11,8 +11,8 @@ import dataclasses
 from typing import Any
 
 from codexgate.backends.base import Inbound, conversation_of
-from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
-from codexgate.server.http_errors import failed_response
+from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEncoder
+from codexgate.server.http_errors import failed_response, openai_shape
 from codexgate.server.state import listed_item
 from codexgate.translate.compaction import TRIGGER as COMPACTION_TRIGGER
 from codexgate.translate.history_memo import Memo
@@ -138,11 +138,12 @@ class ResponsesFace:
     """`POST /v1/responses`."""
 
     name = "responses"
+    error_shape = staticmethod(openai_shape)
 
     def __init__(self, reader: RequestReader | None = None) -> None:
         self.reader = reader or RequestReader()
 
-    def read(self, body: bytes, caller: str | None) -> Ask:
+    def read(self, body: bytes, caller: str | None, headers: RequestHeaders = ()) -> Ask:
         """Raises InvalidRequest naming the field."""
         req, inbound = self.reader.read(body, caller)
         return Ask(req, inbound, _SSE if req.stream else _JSON)
@@ -175,11 +176,12 @@ class CompactFace:
     `compaction_trigger` item (server/state.py), never streamed."""
 
     name = "compact"
+    error_shape = staticmethod(openai_shape)
 
     def __init__(self, reader: RequestReader | None = None) -> None:
         self.reader = reader or RequestReader()
 
-    def read(self, body: bytes, caller: str | None) -> Ask:
+    def read(self, body: bytes, caller: str | None, headers: RequestHeaders = ()) -> Ask:
         data = decode_json_object(body, "The request body")
         data.pop("stream", None)
         req, inbound = self.reader.read_object(data, caller, len(body))

@@ -5,7 +5,7 @@ key's windows for tokens_per_minute and tokens_per_day; and `GET /v1/usage`, whi
 The ledger's rows are not written per response: answers are summed in memory and written every
 FLUSH_SECONDS (one call for all that ended meanwhile), and at the end. A store that is down keeps
 them in memory until it answers again (the sums are per key, day, route and upstream: a few
-rows). The tokens of a key with a token limit are not batched: server/admission.py charges them
+rows). The tokens of a key with a token limit are not batched: server/keys/admission.py charges them
 to its windows as each answer ends, so that a budget holds for requests sent back to back.
 """
 

@@ -1,16 +1,13 @@
 """What a limited key's answers say: OpenAI's `x-ratelimit-*` headers on every answer, and the
 refusal (429 `rate_limit_exceeded` or `insufficient_quota`) when a limit is reached, saying which
-and when to try again (server/admission.py decides)."""
+and when to try again (server/keys/admission.py decides)."""
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from codexgate.errors import GatewayError, KeyBudgetSpent, KeyLimitReached
-from codexgate.server.asgi import Send
-from codexgate.server.delivery import BodyEncoder, StreamEncoder
 from codexgate.store.meter import (
     DAY_SECONDS,
     MAX_CONCURRENT,
@@ -22,11 +19,9 @@ from codexgate.store.meter import (
 )
 
 if TYPE_CHECKING:
-    from codexgate.server.admission import KeyPolicy
+    from codexgate.server.keys.admission import KeyPolicy
 
 Headers = list[tuple[bytes, bytes]]
-
-ANSWER_HEADERS = "codexgate.answer_headers"  # scope key: headers every answer of the request carries
 
 
 def rate_headers(limits: KeyLimits, verdict: Verdict, ask: Admit) -> Headers | None:
@@ -87,22 +82,3 @@ def refusal_for(policy: KeyPolicy, verdict: Verdict, ask: Admit) -> GatewayError
         f"Rate limit reached for the API key '{key}' on {what}. Please try again in {math.ceil(wait)}s.",
         retry_after=wait,
     )
-
-
-def with_headers(
-    encoder: StreamEncoder | BodyEncoder, send: Send, headers: Headers
-) -> tuple[StreamEncoder | BodyEncoder, Send]:
-    """The encoder and `send` of an answer that carries `headers`: a stream's head is its
-    encoder's (a copy with them added: nothing more per event); a body's two messages pass a
-    `send` that adds them."""
-    if isinstance(encoder, StreamEncoder):
-        headed = copy.copy(encoder)
-        headed.headers = [*encoder.headers, *headers]
-        return headed, send
-
-    async def send_with_headers(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), *headers]}
-        await send(message)
-
-    return encoder, send_with_headers

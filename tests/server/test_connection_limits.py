@@ -1,5 +1,5 @@
 """Connection limits with real sockets against uvicorn on loopback, wired as `codexgate serve`
-wires it (server/serve.py, server/limits.py)."""
+wires it (server/serve.py, server/connection_limits.py)."""
 
 from __future__ import annotations
 

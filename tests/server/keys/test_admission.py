@@ -1,4 +1,4 @@
-"""A key's limits, in one gateway process (server/admission.py, server/usage.py): 429 with
+"""A key's limits, in one gateway process (server/keys/admission.py, server/keys/usage.py): 429 with
 OpenAI's shape and headers past requests_per_minute, tokens_per_minute and max_concurrent,
 insufficient_quota past tokens_per_day, 403 for a model the key may not use, the rate-limit
 headers on every answer of a limited key, a store that stops answering, a reload that changes
@@ -319,7 +319,7 @@ class Flaky(MemoryMeter):
 async def test_a_store_that_stops_answering_neither_frees_nor_locks_out_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("codexgate.server.admission.RETRY_STORE_SECONDS", 0.0)
+    monkeypatch.setattr("codexgate.server.keys.admission.RETRY_STORE_SECONDS", 0.0)
     async with gateway(tmp_path, keys("requests_per_minute = 3")) as (http, app):
         flaky = Flaky()
         app.admission.meter = app.admission.ledger.meter = flaky
@@ -354,7 +354,7 @@ async def test_a_reload_changes_the_limits_without_a_restart(tmp_path: Path) -> 
 async def test_leases_are_renewed_while_a_response_streams(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("codexgate.server.admission.RENEW_SECONDS", 0.05)
+    monkeypatch.setattr("codexgate.server.keys.admission.RENEW_SECONDS", 0.05)
     renewed: list[list[tuple[str, str]]] = []
 
     class Watched(MemoryMeter):

@@ -8,7 +8,7 @@ A response admitted under `max_concurrent` holds a lease for its life, renewed e
 RENEW_SECONDS while held and released once the answer is delivered. The tokens of an answer of
 a key with a token limit are charged to its windows before the answer's end goes out, so that
 a budget holds for requests sent back to back; its usage row is written later, in batches, with
-every other answer's (server/usage.py).
+every other answer's (server/keys/usage.py).
 
 Refusals are OpenAI's: 429 `rate_limit_exceeded` with Retry-After (Codex waits and retries),
 429 `insufficient_quota` past the day's budget, 403 `model_not_allowed`. A limited key's
@@ -37,8 +37,8 @@ from codexgate import timeouts
 from codexgate.config import ApiKeyConfig
 from codexgate.errors import GatewayError, ModelNotAllowed
 from codexgate.server.exchange import Exchange
-from codexgate.server.rate_limits import ANSWER_HEADERS, Headers, rate_headers, refusal_for, with_headers
-from codexgate.server.usage import Ledger, utc_date
+from codexgate.server.keys.rate_limits import Headers, rate_headers, refusal_for
+from codexgate.server.keys.usage import Ledger, utc_date
 from codexgate.store.base import StoreError
 from codexgate.store.meter import (
     COUNT_FIELDS,
@@ -54,7 +54,7 @@ from codexgate.store.meter import (
 
 log = logging.getLogger("codexgate.admission")
 
-__all__ = ["ANSWER_HEADERS", "Admission", "KeyPolicy", "Ticket", "with_headers"]
+__all__ = ["Admission", "KeyPolicy", "Ticket"]
 
 LEASE_SECONDS = 60.0  # a slot of a gateway that died is free after this
 RENEW_SECONDS = 20.0
