@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +119,7 @@ def _pool(
         view = kinds[member.name].for_route(backend, model)
         # Probed through the route's view: its listing is cached apart from /healthz's, so the
         # probe after a failure does not read a listing from before it.
-        router.health.watch(member.name, _answers(view))
+        router.health.watch(member.name, view.reachability)
         model_id = member.model or model.model or model.name
         queue_timeout = upstream.idle_timeout or settings.idle_timeout
         members.append(Member(view, model_id, health, queue_timeout, position))
@@ -127,13 +127,6 @@ def _pool(
         model.name, members, router.health, balance=model.balance, weights=model.weights,
         sticky=model.sticky, fallbacks=tuple(model.fallbacks), resolve=resolve,
     )  # fmt: skip
-
-
-def _answers(backend: Backend) -> Callable[[], Awaitable[bool]]:
-    async def answers() -> bool:
-        return (await backend.reachability()).cause in (None, "no_models")
-
-    return answers
 
 
 class _LocalServerFinder:

@@ -4,9 +4,11 @@ and a full member's queue served fairly across callers."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
+from codexgate.backends.base import ModelList
 from codexgate.routing import health
 from codexgate.routing.health import HealthBoard, MemberHealth
 
@@ -92,3 +94,63 @@ async def test_a_full_line_or_a_long_wait_gives_no_place_and_another_key_still_w
     assert await waiters[0] is not None and await other is not None
     for waiter in waiters:
         waiter.cancel()
+
+
+def test_a_member_that_stays_down_is_logged_going_down_at_growing_intervals_and_coming_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="codexgate.routing")
+    now = [0.0]
+    monkeypatch.setattr(health.time, "monotonic", lambda: now[0])
+    board = HealthBoard()
+    member = board.member("a")
+    for _ in range(2 * 60 * 2):  # two hours of probes every 30 s (the longest cooldown)
+        board.failed(member, "upstream_unreachable: refused the connection")
+        now[0] += 30
+    member.succeeded()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert warnings[0].startswith("upstream a is down (upstream_unreachable: refused the connection)")
+    # Reminders 1, 2, 4, 8, 16 and 32 minutes apart; the next would be an hour after the last.
+    assert [w.split(" (")[0] for w in warnings[1:]] == [
+        f"upstream a is still down after {span}"
+        for span in ("1 min", "3 min", "7 min", "15 min", "31 min", "1 h 3 min")
+    ]
+    assert infos == ["upstream a answers again after 2 h down (240 failures): usable"]
+    assert board.cooldowns["a"] == 240
+
+
+async def test_the_probe_trusts_no_listing_from_before_the_last_failure() -> None:
+    board = HealthBoard()
+    member = board.member("a")
+    board.failed(member, "upstream_unreachable")
+    member.cooling_until = 0.0  # the cooldown is over: half-open, the probe asks
+    listings = [
+        ModelList("http://a", 200, ["m"], checked_at=member.failed_at - 1),  # cached from before
+        ModelList("http://a", 200, ["m"]),
+    ]
+    asked: list[ModelList] = []
+    more = asyncio.Event()
+
+    async def probe() -> ModelList:
+        asked.append(listings[0] if len(asked) < 3 else listings[1])
+        more.set()
+        return asked[-1]
+
+    board.watch("a", probe)
+    health_every = health.PROBE_EVERY
+    health.PROBE_EVERY = 0.001
+    try:
+        board.start()
+        async with asyncio.timeout(5):
+            while len(asked) < 3:
+                await more.wait()
+                more.clear()
+            assert member.state == "probing"  # three stale listings: no news either way
+            while member.state != "usable":
+                await more.wait()
+                more.clear()
+    finally:
+        health.PROBE_EVERY = health_every
+        await board.aclose()
+    assert member.failures == 0 and member.listing is listings[1]

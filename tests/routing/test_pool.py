@@ -224,3 +224,44 @@ async def test_members_of_different_kinds_serve_one_route() -> None:
         answers = sorted([answer(await ask(client)) for _ in range(4)])
     assert answers == ["from a", "from a", "from r", "from r"]
     assert responses_server.paths.count("/v1/responses") == 2
+
+
+async def test_when_every_member_is_down_the_502_names_each_and_what_it_failed_with() -> None:
+    fakes: dict[str, FakeUpstream | None] = {"a": None, "b": None, "c": None}
+    async with gateway(fakes, config(["a", "b", "c"])) as (client, _):
+        failed = await ask(client, "x")
+        health = (await client.get("/healthz")).json()
+    error = failed.json()["error"]
+    assert failed.status_code == 502 and error["code"] == "upstream_unreachable"
+    assert error["message"].startswith("No upstream of route 'coder' could answer (3 tried): ")
+    for name in ("a", "b", "c"):
+        assert f"upstream '{name}': cannot reach upstream http://{name}.test/v1" in error["message"]
+        assert health["upstreams"][name]["last_error"] == (
+            f"upstream_unreachable: cannot reach upstream http://{name}.test/v1/chat/completions: "
+            "connection refused (simulated)"
+        )
+
+
+async def test_health_says_one_thing_of_a_member_before_it_is_tried_while_down_and_once_back() -> None:
+    by_host = ByHost({"a": None, "b": named("b")})
+    flags = config(["a", "b"], sticky=False, balance="round_robin")
+    app = build_app(load_settings(flags, environ={}), transport=by_host, environ={})
+    seen: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        seen.append((await client.get("/healthz")).json()["upstreams"])  # a: never tried yet
+        assert [answer(await ask(client)) for _ in range(2)] == ["from b"] * 2
+        seen.append((await client.get("/healthz")).json()["upstreams"])  # a: failed, cooling
+        by_host.transports["a"].app = named("a")
+        app.router.health.members["a"].succeeded()  # a request (or the probe) got an answer
+        # /healthz's listing of a is cached from before: the member's answer is newer.
+        seen.append((await client.get("/healthz")).json()["upstreams"])
+        assert sorted([answer(await ask(client)) for _ in range(2)]) == ["from a", "from b"]
+    for upstreams in seen:
+        assert all(u["usable"] == (u["state"] == "usable") for u in upstreams.values()), upstreams
+    assert [(s["a"]["state"], s["a"]["reachable"]) for s in seen] == [
+        ("down", False),
+        ("cooling", False),
+        ("usable", True),
+    ]
+    assert seen[0]["a"]["problem"].startswith("unreachable") and seen[2]["a"]["problem"] is None
+    assert seen[2]["a"]["last_error"] is None and seen[2]["b"]["state"] == "usable"

@@ -22,6 +22,9 @@ class ModelList:
     # Why nothing answered, in words that follow the server's name ("refused the connection:
     # nothing is listening on 127.0.0.1:8000"); None: not known.
     reason: str | None = None
+    # When it was asked (time.monotonic()): a pool's health board weighs it against what the
+    # member did since (routing/health.py), as a listing may be cached for a few seconds.
+    checked_at: float = field(default_factory=time.monotonic, compare=False)
 
     @property
     def cause(self) -> str | None:

@@ -125,7 +125,8 @@ class Turn:
         self._calls_by_item: dict[str, ToolCall] = {}
         self.error: dict[str, Any] | None = None
         self.repairs: dict[str, int] = {}
-        self.counts_before: dict[str, int] | None = None  # the upstream's counts at the start
+        # The counts at the start of each upstream that may answer (a pool's members).
+        self.counts_before: dict[str, dict[str, int]] | None = None
         self.duration_ms: int | None = None
         self._facts: dict[str, Any] = {}
         self.note(exchange)
@@ -141,7 +142,8 @@ class Turn:
             "response_id": exchange.response_id,
             "face": exchange.face,
             "model": _clip(exchange.model, _NAME_LIMIT),
-            "upstream": exchange.upstream,
+            "upstream": exchange.upstream,  # a pool's member once it took the request
+            "route": exchange.route,  # the pool's route that answered (it or a fallback)
             "status": exchange.status,
             "outcome": exchange.outcome,
             "ttft_ms": None if first is None else round((first - exchange.started) * 1000),

@@ -6,12 +6,14 @@ they stream, with their tool calls and results, errors, repairs, latency and tok
 
 - `GET /ui`: the page, one static file with no data in it; the guard serves it without a key
   (a browser navigating cannot send one), and the page asks for the key to fetch the rest.
-- `GET /ui/state`: the turns, the upstreams' repair counters and each key's day (its spend
-  today, UTC, and its limits), as JSON.
+- `GET /ui/state`: the turns, the upstreams' repair counters, each key's day (its spend
+  today, UTC, and its limits) and the pools (each pooled route and its members' health, as
+  /healthz has them), as JSON.
 - `GET /ui/events`: Server-Sent Events: a `state` snapshot first, then `started`, `updated`
   (coalesced: at most one per turn every `flush_seconds`) and `finished` for each turn,
-  `keys` (each key's day, read from the store every `keys_seconds` while it changes), and
-  `resync` (a fresh snapshot) when a slow browser fell `queue_limit` messages behind.
+  `keys` (each key's day, read from the store every `keys_seconds` while it changes), `pools`
+  (read every `pools_seconds`, sent when it changed), and `resync` (a fresh snapshot) when a
+  slow browser fell `queue_limit` messages behind.
 
 Each API key sees the turns made with it (as stored responses are owned by their key), and its
 own day (an admin key, every key's); without keys, everything. The stream's events are looked
@@ -101,6 +103,7 @@ class LiveView(Observer):
         heartbeat_seconds: float = 15.0,
         days: Callable[[str | None], Awaitable[list[dict[str, Any]]]] | None = None,
         keys_seconds: float = 5.0,
+        pools_seconds: float = 1.0,
     ) -> None:
         """`days`: each key's day as a viewer may see it (server/keys/admission.py `Admission.day`)."""
         self.router = router
@@ -111,6 +114,7 @@ class LiveView(Observer):
         self.heartbeat_seconds = heartbeat_seconds
         self.days = days
         self.keys_seconds = keys_seconds
+        self.pools_seconds = pools_seconds
         self.turns: OrderedDict[int, Turn] = OrderedDict()  # by number, oldest first
         self._numbers = 0
         self._running: dict[int, Turn] = {}  # by id() of the exchange, while it runs
@@ -162,9 +166,11 @@ class LiveView(Observer):
         """The exchange's turn, with what it shows of its request, then `started` to whoever
         watches."""
         turn = self._new_turn(exchange)
-        backend = self.router.backends.get(exchange.upstream or "")
-        if backend is not None:
-            turn.counts_before = dict(backend.counts)
+        turn.counts_before = {
+            name: dict(backend.counts)
+            for name in self._may_answer(exchange.upstream)
+            if (backend := self.router.backends.get(name)) is not None
+        }
         self._running[id(exchange)] = turn
         cache_key = getattr(req, "prompt_cache_key", None)
         conversation = (exchange.caller, cache_key) if cache_key else None
@@ -177,6 +183,23 @@ class LiveView(Observer):
         self._publish("started", turn)
         for result in turn.carried:
             self._attach_result(result)
+
+    def _may_answer(self, name: str | None) -> list[str]:
+        """The upstreams that may answer a request sent to `name`: an upstream, or a pool's
+        members and its fallbacks' (the pool picks one once the request is open)."""
+        pool = self.router.pools.get(name or "")
+        if pool is None:
+            return [name] if name else []
+        found: dict[str, None] = {}
+        pools, seen = [pool], {pool.route}
+        while pools:
+            pool = pools.pop()
+            found.update(dict.fromkeys(member.name for member in pool.members))
+            for fallback in pool.fallback_pools():
+                if fallback.route not in seen:
+                    seen.add(fallback.route)
+                    pools.append(fallback)
+        return list(found)
 
     def _watched(self, caller: str | None) -> bool:
         return bool(self._subscribers) and any(s.viewer == caller for s in self._subscribers)
@@ -203,7 +226,8 @@ class LiveView(Observer):
             turn.read_request(exchange.req)
         turn.finish(exchange, self.redactor.redact)
         backend = self.router.backends.get(exchange.upstream or "")
-        before, turn.counts_before = turn.counts_before, None
+        before = (turn.counts_before or {}).get(exchange.upstream or "")
+        turn.counts_before = None
         if backend is not None and before is not None:
             moved = {kind: n - before.get(kind, 0) for kind, n in backend.counts.items()}
             turn.repairs = {kind: n for kind, n in moved.items() if n > 0}
@@ -291,37 +315,52 @@ class LiveView(Observer):
 
     async def _state_route(self, scope: Scope, receive: Receive, send: Send) -> None:
         viewer = scope.get(API_KEY_NAME)
-        keys = await self._days(viewer)
-        await send_json(send, 200, {**self.snapshot(viewer), "keys": keys}, [_NO_STORE])
+        keys, pools = await self._days(viewer), await self.pools()
+        await send_json(send, 200, {**self.snapshot(viewer), "keys": keys, "pools": pools}, [_NO_STORE])
 
     async def _days(self, viewer: str | None) -> list[dict[str, Any]]:
         return await self.days(viewer) if self.days is not None else []
 
-    async def _feed_days(
-        self, viewer: str | None, subscriber: _Subscriber, shown: list[dict[str, Any]]
+    async def pools(self) -> dict[str, Any]:
+        """Each route a pool serves (its members, balance, stickiness, fallbacks) and each
+        member's health, as /healthz has them (routing/router.py `describe_members`)."""
+        return {"routes": self.router.describe_pools(), "members": await self.router.describe_members()}
+
+    async def _feed(
+        self,
+        kind: str,
+        read: Callable[[], Awaitable[Any]],
+        every: float,
+        subscriber: _Subscriber,
+        shown: Any,
     ) -> None:
-        """Each key's day, read every `keys_seconds` and sent when it changed."""
+        """`read()` every `every` seconds, sent as `kind` when it changed."""
         while not subscriber.closed:
-            await asyncio.sleep(self.keys_seconds)
+            await asyncio.sleep(every)
             try:
-                keys = await self._days(viewer)
+                now = await read()
             except Exception:  # the view goes on without it
-                log.exception("each key's day could not be read for the live view")
+                log.exception("the live view could not read its %s", kind)
                 continue
-            if keys != shown:
-                shown = keys
-                subscriber.offer(_sse("keys", {"keys": keys}))
+            if now != shown:
+                shown = now
+                subscriber.offer(_sse(kind, {kind: now}))
 
     async def _events_route(self, scope: Scope, receive: Receive, send: Send) -> None:
         viewer = scope.get(API_KEY_NAME)
         subscriber = _Subscriber(viewer, self.queue_limit)
-        keys = await self._days(viewer)
+        keys, pools = await self._days(viewer), await self.pools()
         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, _NO_STORE]})
         # Subscribed and snapshotted in one step of the loop: nothing falls between the two.
         self._subscribers.add(subscriber)
-        first = _sse("state", {**self.snapshot(viewer), "keys": keys})
+        first = _sse("state", {**self.snapshot(viewer), "keys": keys, "pools": pools})
         watcher = asyncio.ensure_future(_close_on_disconnect(receive, subscriber))
-        feed = asyncio.ensure_future(self._feed_days(viewer, subscriber, keys))
+        feeds = [
+            asyncio.ensure_future(
+                self._feed("keys", lambda: self._days(viewer), self.keys_seconds, subscriber, keys)
+            ),
+            asyncio.ensure_future(self._feed("pools", self.pools, self.pools_seconds, subscriber, pools)),
+        ]
         try:
             await send({"type": "http.response.body", "body": first, "more_body": True})
             while not subscriber.closed:
@@ -345,7 +384,8 @@ class LiveView(Observer):
         finally:
             self._subscribers.discard(subscriber)
             watcher.cancel()
-            feed.cancel()
+            for feed in feeds:
+                feed.cancel()
         await send({"type": "http.response.body", "body": b""})
 
 

@@ -10,8 +10,10 @@ to the end (a failure there is `response.failed`, never half-spliced with anothe
 
 When every member failed before the first byte, or the upstream said the context is too long
 (`context_length_exceeded`), the route's `fallbacks` are tried in order (theirs after them, no
-route twice). The client's `model` is the one it asked for whichever route answers; the route
-and upstream that answered go into the request's scope for the access line and /metrics.
+route twice). When none answers, the error is the last one's kind, and its message names every
+member tried and what it failed with. The client's `model` is the one it asked for whichever
+route answers; the route and upstream that answered go into the request's scope for the access
+line and /metrics.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from codexgate.errors import (
     Overloaded,
     RateLimited,
     UpstreamBadRequest,
+    UpstreamError,
 )
+from codexgate.redact import redact_patterns
 from codexgate.routing.choice import Chooser, rendezvous, yields
 from codexgate.routing.health import HealthBoard, MemberHealth, Slot
 from codexgate.wire.responses import ResponsesRequest
@@ -45,6 +49,7 @@ SHORT_RETRY_AFTER = 2.0
 # Conversations remembered on a member other than their rendezvous choice (they moved there by
 # failover or load, and its prefix cache holds them now), the least recently used forgotten.
 MOVED_MEMORY = 50_000
+_SAID_LIMIT = 300  # characters of a member's error kept as its `last_error`
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +184,12 @@ class PooledCall:
         self._pool, self._req, self._inbound = pool, req, inbound
         self._call: Call | None = None
         self._slot: Slot | None = None
+        self._failures: list[tuple[str, GatewayError]] = []  # (member, its error), in order
 
     async def open(self) -> None:
-        """Raises the last member's error when no member of the route or its fallbacks could
-        take the request, and at once what the client must fix (InvalidRequest)."""
+        """Raises, when no member of the route or its fallbacks could take the request, the
+        last member's kind of error naming every member's; at once, what the client must fix
+        (InvalidRequest)."""
         tried = {self._pool.route}
         waiting = [self._pool]
         while True:
@@ -197,8 +204,26 @@ class PooledCall:
                     tried.add(fallback.route)
                     waiting.append(fallback)
             if not waiting:
-                raise error
+                raise self._every_failure(error)
             self._pool.board.fallbacks[self._pool.route, waiting[0].route] += 1
+
+    def _every_failure(self, last: GatewayError) -> GatewayError:
+        """`last`, worded to name every member that failed and what with (a route and its
+        fallbacks), when more than one did."""
+        if len(self._failures) < 2 or last is not self._failures[-1][1]:
+            return last
+        said = "; ".join(_named(member, exc) for member, exc in self._failures)
+        where = f"route {self._pool.route!r}" + (" or its fallbacks" if self._pool.fallbacks else "")
+        named = type(last)(
+            f"No upstream of {where} could answer ({len(self._failures)} tried): {said}.",
+            code=last.code,
+            param=last.param,
+            retry_after=last.retry_after,
+            status=last.status,
+        )
+        if isinstance(last, UpstreamError) and isinstance(named, UpstreamError):
+            named.reason = last.reason
+        return named
 
     async def _open_in(self, pool: Pool) -> None:
         plan = pool.plan(self._inbound.conversation)
@@ -219,6 +244,7 @@ class PooledCall:
                 if _clients_fault(exc):
                     raise
                 error = exc
+                self._failures.append((member.name, exc))
                 self._failed(pool, member, exc, plan[i + 1 :])
                 continue
             except BaseException:
@@ -253,13 +279,27 @@ class PooledCall:
         board = pool.board
         wait = exc.retry_after if isinstance(exc, RateLimited) else None
         if wait is None or wait > SHORT_RETRY_AFTER:
-            board.failed(member.health, exc.code)
+            board.failed(member.health, _said(exc))
         if rest:
             board.failovers[pool.route, member.name, rest[0].name] += 1
 
     def events(self) -> AsyncGenerator[list[Event], None]:
         assert self._call is not None and self._slot is not None, "open() first"
         return _Releasing(self._call.events(), self._slot)
+
+
+def _said(exc: GatewayError) -> str:
+    """What a member failed with, for its `last_error` and the log: the code, and what failed
+    (the transport's words, else the message, secrets masked, clipped)."""
+    what = exc.reason if isinstance(exc, UpstreamError) and exc.reason else exc.message
+    what = redact_patterns(what.rstrip("."))
+    return f"{exc.code}: {what[:_SAID_LIMIT]}" if what else exc.code
+
+
+def _named(member: str, exc: GatewayError) -> str:
+    """A member's error in the message that names them all."""
+    message = exc.message.rstrip(".")
+    return message if message.startswith(f"upstream {member!r}") else f"upstream {member!r}: {message}"
 
 
 def _clients_fault(exc: GatewayError) -> bool:

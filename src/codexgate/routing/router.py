@@ -1,7 +1,9 @@
-"""Which upstream serves a model name, and under which upstream id. Pure."""
+"""Which upstream serves a model name, and under which upstream id; the pools' members'
+health (`describe_members`, which asks them)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +50,16 @@ class Router(Generic[B]):
     def describe_pools(self) -> dict[str, Any]:
         """Each route a pool serves: its members, balance, stickiness and fallbacks (/healthz)."""
         return {name: pool.describe() for name, pool in self.pools.items()}
+
+    async def describe_members(self) -> dict[str, dict[str, object]]:
+        """Each pool member's health as /healthz says it (HealthBoard.upstream), by upstream
+        name, for the live view: its `/models` asked through the member as the probe asks it
+        (at most every few seconds, whoever asks)."""
+        members = {member.name: member for pool in self.pools.values() for member in pool.members}
+        listings = await asyncio.gather(*(member.backend.reachability() for member in members.values()))
+        return {
+            name: self.health.upstream(name, listing) for name, listing in zip(members, listings, strict=True)
+        }
 
     def no_upstream(self) -> NoUpstream:
         """The error for a gateway with no upstream at all, saying how to give one."""

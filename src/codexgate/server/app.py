@@ -329,15 +329,7 @@ class GatewayApp:
         listings = await asyncio.gather(*(backend.reachability() for _, backend in backends))
         board = self.router.health
         upstreams = {
-            name: {
-                "base_url": _without_credentials(backend.base_url),
-                "reachable": listing.status != 0,
-                # A pool's member cooling down after failures is not usable until it answers.
-                "usable": listing.cause in (None, "no_models") and board.can_take(name),
-                "models": len(listing.models),
-                "problem": listing.problem(),
-                **board.describe(name),
-            }
+            name: {"base_url": _without_credentials(backend.base_url), **board.upstream(name, listing)}
             for (name, backend), listing in zip(backends, listings, strict=True)
         }
         usable = any(u["usable"] for u in upstreams.values())
