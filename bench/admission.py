@@ -43,8 +43,8 @@ from procs import Processes, clean_env, cpu_seconds, free_port, source_info, wai
 from workload import Scenario, codex_request  # noqa: E402
 
 from codexgate.config import ApiKeyConfig  # noqa: E402
-from codexgate.server.keys.admission import Admission  # noqa: E402
 from codexgate.server.exchange import Exchange  # noqa: E402
+from codexgate.server.keys.admission import Admission  # noqa: E402
 from codexgate.store import Store, meter_of, open_store  # noqa: E402
 from codexgate.store.base import Retention  # noqa: E402
 

@@ -31,13 +31,13 @@ from codexgate.observability.recorder import Recorder
 from codexgate.redact import Redactor, install_log_redaction, url_secrets
 from codexgate.routing.pool import Member, Pool
 from codexgate.routing.router import Router
-from codexgate.server.keys.admission import Admission
 from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.delivery import Face
 from codexgate.server.faces.chat import ChatFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
+from codexgate.server.keys.admission import Admission
 from codexgate.server.state import ResponseState
 from codexgate.server.websocket import SocketLimits
 from codexgate.server.workers import worker_id
