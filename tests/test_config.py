@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from codexgate.config import UPSTREAM_CLASSES, UPSTREAM_FIELDS, ConfigError, UpstreamConfig, load_settings
+from codexgate.config import (
+    UPSTREAM_CLASSES,
+    UPSTREAM_FIELDS,
+    ConfigError,
+    UpstreamConfig,
+    load_settings,
+    read_api_key_configs,
+)
 
 
 def config_error(config: Path, text: str) -> str:
@@ -521,3 +528,97 @@ def test_a_key_takes_its_limits_by_their_names(tmp_path: Path) -> None:
 )
 def test_a_key_s_wrong_limit_is_named(tmp_path: Path, line: str, said: str) -> None:
     assert said in config_error(tmp_path / "c.toml", ROUTE + KEY + line + "\n")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        '[[upstreams]]\nname = "gpu1"\nbase_ur = "http://a/v1"\n',
+        '[[upstreams]]\nname = "gpu1"\nkind = "responses"\nbaseurl = "http://a/v1"\n',
+    ],
+)
+def test_a_misspelt_required_setting_gets_the_nearest_known_one(tmp_path: Path, table: str) -> None:
+    config = tmp_path / "c.toml"
+    assert config_error(config, table) == (
+        f"invalid settings: upstreams[0].{table.split(chr(10))[-2].split(' = ')[0]} = 'http://a/v1' "
+        f"(upstream 'gpu1', in {config}): unknown setting; did you mean 'base_url'?"
+    )
+
+
+def test_a_misspelt_required_key_of_a_route_or_a_key_is_said_once_as_the_misspelling(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    message = config_error(
+        config, ROUTE.replace('name = "coder"', 'nmae = "coder"') + KEY.replace("key_env", "key_evn")
+    )
+    assert message == (
+        f"invalid settings: models[0].nmae = 'coder' (in {config}): unknown setting; did you mean 'name'?; "
+        f"api_keys[0].key_evn = 'ALICE_KEY' (api key 'alice', in {config}): unknown setting; "
+        "did you mean 'key_env'?"
+    )
+
+
+BAD_KEY_LINES = [
+    "max_concurrent = -1",
+    "tokens_per_day = 10000000000000000",
+    "requests_per_mintue = 5",
+    "models = []",
+    'models = ["coderr"]',
+    '[[api_keys]]\nname = "bob"\nkey_env = 7',
+]
+
+
+@pytest.mark.parametrize("line", BAD_KEY_LINES)
+def test_a_key_a_start_refuses_is_refused_at_reload_in_the_same_words(tmp_path: Path, line: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(ROUTE + KEY)
+    served = load_settings({}, config, environ={})
+    at_start = config_error(config, ROUTE + KEY + line + "\n")
+    with pytest.raises(ConfigError) as info:
+        read_api_key_configs(config, served)
+    assert str(info.value) == at_start
+    assert (
+        "\n" not in at_start
+        and "pydantic" not in at_start
+        and at_start.startswith("invalid settings: api_keys[")
+    )
+
+
+def test_a_key_naming_an_unknown_route_is_refused_with_the_nearest_one(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    message = config_error(config, ROUTE + KEY + 'models = ["coder", "qcc"]\n')
+    assert message == (
+        f"invalid settings: api_keys[0].models[1] (in {config}): key 'alice' names model 'qcc', which is "
+        "not routed; the models are: coder, qc; did you mean 'qc'?"
+    )
+    far = config_error(config, ROUTE + KEY + 'models = ["zzz"]\n')
+    assert far.endswith("which is not routed; the models are: coder, qc")
+
+
+def test_without_routes_a_key_names_the_models_the_upstreams_list(tmp_path: Path) -> None:
+    listing = '[[upstreams]]\nname = "local"\nbase_url = "http://127.0.0.1:8000/v1"\nmodels = ["qwen3"]\n'
+    config = tmp_path / "c.toml"
+    message = config_error(config, listing + KEY + 'models = ["qwen"]\n')
+    assert message.endswith(
+        "key 'alice' names model 'qwen', which no upstream lists; the upstreams' models are: qwen3; "
+        "did you mean 'qwen3'?"
+    )
+    config.write_text(listing + KEY + 'models = ["qwen3"]\n')
+    assert load_settings({}, config, environ={}).api_keys[0].models == ["qwen3"]
+    # An upstream that lists no models serves what clients name: only asking it could tell.
+    unlisted = '[[upstreams]]\nname = "other"\nbase_url = "http://127.0.0.1:8001/v1"\n'
+    config.write_text(listing + unlisted + KEY + 'models = ["anything"]\n')
+    assert load_settings({}, config, environ={}).api_keys[0].models == ["anything"]
+    config.write_text(KEY + 'models = ["anything"]\n')
+    assert load_settings({"upstream": "http://a/v1"}, config, environ={}).api_keys[0].models == ["anything"]
+
+
+def test_a_reloaded_key_must_name_a_route_being_served(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(ROUTE + KEY)
+    served = load_settings({}, config, environ={})
+    # A route added to the file with the key is not served until a restart: the key is refused.
+    config.write_text(ROUTE + '[[models]]\nname = "new"\n' + KEY + 'models = ["new"]\n')
+    with pytest.raises(ConfigError, match="key 'alice' names model 'new', which is not routed"):
+        read_api_key_configs(config, served)
+    config.write_text(ROUTE + KEY + 'models = ["qc"]\n')
+    assert read_api_key_configs(config, served)[0].models == ["qc"]

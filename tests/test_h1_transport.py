@@ -552,3 +552,77 @@ async def test_the_default_transport_sends_plain_http_through_its_own_client() -
     finally:
         await transport.aclose()
     assert transport.tls._session is None and not transport.plain._open
+
+
+def never_closes(server: Callable[[], RawServer], *extra: bytes, ended: list[int] | None = None) -> Handler:
+    """A server that keeps every connection open as long as the client does; `ended` counts
+    the connections the client closed."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await server().request(reader) is not None:
+            writer.write(answer(b"ok", *extra))
+            await asyncio.sleep(0.05)  # the answers overlap: one connection each
+        if ended is not None:
+            ended.append(1)
+
+    return serve
+
+
+@on_both_loops
+async def test_idle_pooled_connections_are_closed_after_the_idle_timeout() -> None:
+    ended: list[int] = []
+    async with raw_server(never_closes(lambda: server, ended=ended)) as server:
+        transport = H1Transport(idle_timeout=0.2)
+        try:
+
+            async def one() -> None:
+                response = await transport.open(post(server.url))
+                assert await response.read() == b"ok"
+
+            await asyncio.gather(*(one() for _ in range(5)))
+            assert transport.idle_connections() == 5 and server.connections == 5
+            loop = asyncio.get_running_loop()
+            idle_since = loop.time()
+            await wait_until(lambda: len(ended) == 5, deadline=idle_since + 2)  # the server saw 5 closes
+            assert loop.time() - idle_since >= 0.19  # not before their time
+            assert transport.idle_connections() == 0
+            assert not transport._open and transport._sweep is None  # nothing left, no timer
+            await one()  # a new request opens a new connection
+            assert server.connections == 6
+        finally:
+            await transport.aclose()
+
+
+@on_both_loops
+async def test_a_connection_idle_past_its_time_is_not_used_but_replaced() -> None:
+    async with raw_server(never_closes(lambda: server)) as server, h1() as transport:
+        response = await transport.open(post(server.url))
+        await response.read()
+        [conn] = transport._idle[next(iter(transport._idle))]
+        conn.idle_until = asyncio.get_running_loop().time() - 1  # as if idle past its time
+        response = await transport.open(post(server.url))
+        assert await response.read() == b"ok"
+        assert conn.closed and server.connections == 2 and transport.idle_connections() == 1
+
+
+@on_both_loops
+async def test_the_server_s_keep_alive_timeout_shortens_the_pool_s() -> None:
+    async with raw_server(never_closes(lambda: server, b"Keep-Alive: timeout=5, max=100")) as server:
+        async with h1() as transport:
+            response = await transport.open(post(server.url))
+            await response.read()
+            [conn] = transport._idle[next(iter(transport._idle))]
+            left = conn.idle_until - asyncio.get_running_loop().time()
+            assert 3.5 < left <= 4.0  # the server's 5 s, less a second
+    async with raw_server(never_closes(lambda: server, b"Keep-Alive: timeout=1")) as server:
+        async with h1() as transport:
+            response = await transport.open(post(server.url))
+            await response.read()
+            assert transport.idle_connections() == 0 and not transport._open  # not worth keeping
+
+
+async def wait_until(condition: Callable[[], bool], deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    while not condition():
+        assert loop.time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)

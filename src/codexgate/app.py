@@ -323,7 +323,9 @@ def build_app(
     policy = AccessPolicy(
         settings.allow_unauthenticated, tuple(settings.allowed_hosts), tuple(settings.cors_origins)
     )
-    guard = Guard(KeyRing(keys), policy, redactor=redactor, config_file=config_file, environ=environ)
+    guard = Guard(
+        KeyRing(keys), policy, redactor=redactor, config_file=config_file, settings=settings, environ=environ
+    )
     transport = transport or DefaultTransport()
     recorder = Recorder.from_settings(settings, redactor)  # None: recording is off
     if recorder is not None:

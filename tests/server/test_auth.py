@@ -161,6 +161,36 @@ async def test_a_changed_config_file_is_noticed_by_its_mtime(tmp_path: Path) -> 
         assert (await http.get("/v1/models", headers=bearer(ALICE))).status_code == 200
 
 
+LIMITED = '[[models]]\nname = "coder"\n[[api_keys]]\nname = "alice"\nkey_env = "ALICE_KEY"\nrequests_per_minute = 7\n'
+
+
+@pytest.mark.parametrize("how", ["sighup", "saved file"])
+async def test_a_reload_a_start_would_refuse_keeps_the_keys_and_says_why_in_the_start_s_words(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    config = keyed_config(tmp_path, LIMITED)
+    async with gateway(config=config, environ=ENV) as (http, app):
+        assert app.guard is not None
+        app.guard._check_every, app.guard._next_check = 0.0, 0.0  # at most once a second in production
+        for mistake in ("requests_per_minute = -1", 'models = ["codr"]'):
+            config.write_text(LIMITED.replace("requests_per_minute = 7", mistake))
+            with pytest.raises(ConfigError) as at_start:
+                load_settings({"discover": False, "upstream": UPSTREAM}, config, environ=ENV)
+            caplog.clear()
+            if how == "sighup":
+                app.guard.reload()
+            else:
+                os.utime(config, ns=(len(mistake), len(mistake)))  # another mtime whatever the clock
+                await http.get("/v1/models", headers=bearer(ALICE))
+            [said] = [r.getMessage() for r in caplog.records if r.name == "codexgate.guard"]
+            assert said == f"API keys not reloaded, the previous keys stay in force: {at_start.value}"
+            assert "\n" not in said and "api_keys[0]" in said
+            assert (await http.get("/v1/models", headers=bearer(ALICE))).status_code == 200
+            assert app.admission.policies["alice"].limits.requests_per_minute == 7
+            assert app.admission.policies["alice"].models is None
+    assert "did you mean 'coder'?" in said  # the last mistake: a route misspelt
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGHUP")
 async def test_sighup_reloads_the_keys_of_a_running_gateway(tmp_path: Path) -> None:
     config = keyed_config(tmp_path)

@@ -215,7 +215,7 @@ def test_a_changed_item_in_a_re_sent_history_is_still_validated() -> None:
     for _ in range(70):
         deep = [deep]
     nested = {**body, "input": [*body["input"], {"type": "note", "text": "t", "extra": deep}]}
-    with pytest.raises(InvalidRequest, match="nests deeper"):
+    with pytest.raises(InvalidRequest, match="is nested too deep"):
         read(reader, nested)
     bad_tool = {**body, "tools": [{"type": "function", "name": 5}]}
     with pytest.raises(InvalidRequest):

@@ -38,6 +38,6 @@ def test_a_body_deeper_than_the_limit_is_refused_naming_its_field() -> None:
     for _ in range(MAX_DEPTH):
         deep = {"x": deep}
     body = orjson.loads(orjson.dumps({"model": "m", "metadata": deep}))  # one level more
-    with pytest.raises(InvalidRequest, match="'metadata' nests deeper than 64"):
+    with pytest.raises(InvalidRequest, match="'metadata' is nested too deep: more than 64 levels"):
         check_depth(body)
     check_depth(orjson.loads(orjson.dumps({"model": "m", "metadata": deep["x"]})))  # at the limit

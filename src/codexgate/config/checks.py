@@ -40,6 +40,11 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def unknown_setting(close: str | None) -> str:
+    """What is said of a key a table does not take, with the setting it is nearest to."""
+    return "unknown setting" + (f"; did you mean {close!r}?" if close else "")
+
+
 def check_text_tool_calls(mode: str) -> None:
     """Raises SettingError for a mode no text tool call parser has."""
     if mode not in TEXT_TOOL_CALL_MODES:

@@ -27,11 +27,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 from pydantic.fields import FieldInfo
 
-from codexgate.config.checks import ConfigError, SettingError
-from codexgate.config.settings import LIST_SETTINGS, TABLE_SETTINGS, ApiKeyConfig, ModelConfig, Settings
+from codexgate.config.checks import ConfigError, SettingError, unknown_setting
+from codexgate.config.settings import (
+    LIST_SETTINGS,
+    TABLE_SETTINGS,
+    ApiKeyConfig,
+    ModelConfig,
+    Settings,
+    check_key_models,
+)
 from codexgate.config.upstreams import UPSTREAM_FIELDS, tag_free
 
 ENV_PREFIX = "CODEXGATE_"
@@ -66,12 +73,7 @@ def load_settings(
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if config_file is not None:
-        try:
-            merged.update(tomllib.loads(config_file.read_text()))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {config_file}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+        merged.update(_read_toml(config_file))
         sources.update((key, f"in {config_file}") for key in merged)
     from_env = _from_env(environ)
     merged.update(from_env)
@@ -82,8 +84,36 @@ def load_settings(
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(_describe(e, sources, merged) for e in exc.errors())
-        raise ConfigError(f"invalid settings: {problems}") from None
+        raise settings_error(exc, sources, merged) from None
+
+
+def _read_toml(config_file: Path) -> dict[str, Any]:
+    """Raises ConfigError for a file that is missing or is not TOML."""
+    try:
+        return tomllib.loads(config_file.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {config_file}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+
+
+def settings_error(exc: ValidationError, sources: Mapping[str, str], data: Mapping[str, Any]) -> ConfigError:
+    """The settings' validation errors as one line (the words of a start and of a reload
+    alike): each problem by its setting's path, its value, where it came from (`sources`, by
+    top-level key) and what is wrong. A required key reported missing beside an unknown key
+    that is its misspelling is said once, as the misspelling."""
+    errors = exc.errors()
+    misspelt = set()
+    for error in errors:
+        close = _suggestion(error)
+        if close is not None:
+            misspelt.add((*tag_free(error["loc"])[:-1], close))
+    problems = [
+        _describe(e, sources, data)
+        for e in errors
+        if not (e["type"] == "missing" and tag_free(e["loc"]) in misspelt)
+    ]
+    return ConfigError(f"invalid settings: {'; '.join(problems)}")
 
 
 _TABLE_FIELDS: Mapping[str, Mapping[str, FieldInfo]] = {
@@ -111,10 +141,7 @@ def _describe(error: Any, sources: Mapping[str, str], data: Mapping[str, Any]) -
         if isinstance(value, (str, int, float)) and loc:
             shown = f" = {value!r}"
     if error["type"] == "extra_forbidden":
-        known = _TABLE_FIELDS.get(str(loc[0]), {}) if len(loc) > 1 else {}
-        known = known or Settings.model_fields
-        close = difflib.get_close_matches(str(loc[-1]), list(known), n=1, cutoff=0.6)
-        message = "unknown setting" + (f"; did you mean {close[0]!r}?" if close else "")
+        message = unknown_setting(_suggestion(error))
         if len(loc) > 1 and loc[-1] in Settings.model_fields:
             message = f"not a setting of {loc[0]}: {loc[-1]} is set at the top level of the file, for all"
     if not loc:
@@ -122,6 +149,16 @@ def _describe(error: Any, sources: Mapping[str, str], data: Mapping[str, Any]) -
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     context = [c for c in (_entry_name(loc, data, message), sources.get(str(loc[0]))) if c]
     return f"{where}{shown} ({', '.join(context)}): {message}" if context else f"{where}{shown}: {message}"
+
+
+def _suggestion(error: Any) -> str | None:
+    """For an unknown key, the known setting of its table it is nearest to, if one is near."""
+    if error["type"] != "extra_forbidden":
+        return None
+    loc = tag_free(error["loc"])
+    known = (_TABLE_FIELDS.get(str(loc[0]), {}) if len(loc) > 1 else {}) or Settings.model_fields
+    close = difflib.get_close_matches(str(loc[-1]), list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _entry_name(loc: list[Any], data: Mapping[str, Any], message: str) -> str | None:
@@ -144,19 +181,28 @@ def resolve_config_file(config_file: Path | None, environ: Mapping[str, str]) ->
     return config_file
 
 
-def read_api_key_configs(config_file: Path) -> list[ApiKeyConfig]:
-    """Only the `[[api_keys]]` of a config file, for a reload while serving (the rest of the
-    file is not re-read). Raises ConfigError."""
+class _KeyTables(BaseModel):
+    """The `[[api_keys]]` of a config file read alone, at a reload: the rest of the file is
+    not read (it applies at start only), so only these are checked, by the rules of a start."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_key_models(self, info: ValidationInfo) -> _KeyTables:
+        settings = (info.context or {}).get("settings")
+        if isinstance(settings, Settings):  # the routes are those being served
+            check_key_models(self.api_keys, settings.models, settings.all_upstreams())
+        return self
+
+
+def read_api_key_configs(config_file: Path, settings: Settings | None = None) -> list[ApiKeyConfig]:
+    """Only the `[[api_keys]]` of a config file, for a reload while serving `settings` (the
+    rest of the file is not re-read): checked as at start, a key's `models` against the routes
+    of `settings` when given, and refused in the same words. Raises ConfigError."""
+    data = _read_toml(config_file)
     try:
-        data = tomllib.loads(config_file.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {config_file}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
-    entries = data.get("api_keys", [])
-    try:
-        if not isinstance(entries, list):
-            raise ValueError("api_keys must be an array of tables ([[api_keys]])")
-        return [ApiKeyConfig.model_validate(entry) for entry in entries]
-    except (ValidationError, ValueError) as exc:
-        raise ConfigError(f"invalid api_keys in {config_file}: {exc}") from None
+        return _KeyTables.model_validate(data, context={"settings": settings}).api_keys
+    except ValidationError as exc:
+        raise settings_error(exc, {"api_keys": f"in {config_file}"}, data) from None

@@ -5,6 +5,8 @@ config/upstreams.py."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
+from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -249,7 +251,6 @@ class Settings(Strict):
                 raise SettingError(where, f"upstream names must be unique: {name!r} is used twice")
         listed = ", ".join(names) or "none"
         routes = {name for model in self.models for name in (model.name, *model.aliases)}
-        self._check_key_models()
         for i, model in enumerate(self.models):
             members = model.members()
             if not members and len(names) != 1:
@@ -270,21 +271,8 @@ class Settings(Strict):
                         ("models", i, "fallbacks"),
                         f"model {model.name!r} falls back to unknown route {fallback!r}",
                     )
+        check_key_models(self.api_keys, self.models, self.all_upstreams())
         return self
-
-    def _check_key_models(self) -> None:
-        """A key's `models` must name routes (or their aliases) once routes are configured."""
-        if not self.models:
-            return  # one upstream, names passed through: any name may be a model
-        known = {name for model in self.models for name in (model.name, *model.aliases)}
-        for i, key in enumerate(self.api_keys):
-            for j, name in enumerate(key.models or ()):
-                if name not in known:
-                    raise SettingError(
-                        ("api_keys", i, "models", j),
-                        f"key {key.name!r} names model {name!r}, which is not routed; the models are: "
-                        + ", ".join(sorted(known)),
-                    )
 
     def all_upstreams(self) -> list[UpstreamConfig]:
         """The configured upstreams, with `--upstream` as one named "default"."""
@@ -297,6 +285,34 @@ class Settings(Strict):
                 ),
             )
         return upstreams
+
+
+def check_key_models(
+    keys: Sequence[ApiKeyConfig], models: Sequence[ModelConfig], upstreams: Sequence[UpstreamConfig]
+) -> None:
+    """A key's `models` must name what can be served, as far as the settings alone can tell:
+    routes and their aliases; with no routes, the model ids every upstream lists (its
+    `models`). An upstream that lists none serves the names clients send as they are, which
+    only asking it could check, so then any name is accepted. Raises SettingError at the name
+    (`api_keys[0].models[1]`), with the nearest known name when one is near."""
+    if models:
+        known = {name for model in models for name in (model.name, *model.aliases)}
+        unknown, listing = "which is not routed", "the models are"
+    elif upstreams and all(upstream.models for upstream in upstreams):
+        known = {name for upstream in upstreams for name in upstream.models}
+        unknown, listing = "which no upstream lists", "the upstreams' models are"
+    else:
+        return
+    for i, key in enumerate(keys):
+        for j, name in enumerate(key.models or ()):
+            if name not in known:
+                close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+                raise SettingError(
+                    ("api_keys", i, "models", j),
+                    f"key {key.name!r} names model {name!r}, {unknown}; {listing}: "
+                    + ", ".join(sorted(known))
+                    + (f"; did you mean {close[0]!r}?" if close else ""),
+                )
 
 
 TABLE_SETTINGS = frozenset(("upstreams", "models", "api_keys"))  # the file's alone; the rest are flags

@@ -14,6 +14,7 @@ mistake, not a wish.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import typing
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from codexgate.config.checks import (
     Strict,
     check_text_tool_calls,
     check_upstream_url,
+    unknown_setting,
 )
 from codexgate.translate.dialect import ChatDialect, DeveloperRole, ReasoningReplay, ThinkMode
 
@@ -85,13 +87,18 @@ class UpstreamBase(Strict):
         if not isinstance(data, dict):
             return data
         kind = cls.model_fields["kind"].default
-        for name in sorted(data.keys() - cls.model_fields.keys()):
+        unknown = sorted(data.keys() - cls.model_fields.keys())
+        for name in unknown:
             kinds = _KINDS_TAKING.get(name)
             if kinds and data[name] is not None:
                 message = f"{name} applies to upstreams of kind {' or '.join(kinds)}, not {kind!r}"
                 raise SettingError((name,), message)
         for name in cls.required_settings:
             if data.get(name) is None:
+                # A misspelt required setting is said as the misspelling, as an optional one is.
+                for key in unknown:
+                    if difflib.get_close_matches(key, [name], n=1, cutoff=0.6):
+                        raise SettingError((key,), unknown_setting(name), data[key])
                 raise SettingError((name,), f"an upstream of kind {kind!r} needs a {name}")
         return data
 

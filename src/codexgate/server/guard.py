@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from codexgate.config import ApiKeyConfig, ConfigError, read_api_key_configs
+from codexgate.config import ApiKeyConfig, ConfigError, Settings, read_api_key_configs
 from codexgate.errors import InvalidRequest
 from codexgate.redact import Redactor
 from codexgate.server.asgi import Scope, Send
@@ -89,6 +89,7 @@ class Guard:
         *,
         redactor: Redactor | None = None,
         config_file: Path | None = None,
+        settings: Settings | None = None,
         environ: Mapping[str, str] | None = None,
         reload_check_seconds: float = _RELOAD_CHECK_SECONDS,
     ) -> None:
@@ -96,6 +97,7 @@ class Guard:
         self.policy = policy
         self._redactor = redactor
         self._config_file = config_file
+        self._settings = settings  # what is served: the routes a reloaded key's `models` must name
         self._environ = os.environ if environ is None else environ
         self._hosts = frozenset(_normalise_host(h) for h in policy.allowed_hosts)
         self._any_host = "*" in policy.allowed_hosts
@@ -113,11 +115,12 @@ class Guard:
 
     def reload(self) -> None:
         """Re-read the key set from the config file and the environment. A file that cannot be
-        read keeps the current keys (logged as an error); a key whose variable is now unset
-        is dropped."""
+        read, or whose keys a start would refuse, keeps the current keys and their limits
+        (logged as an error, in the words of a start); a key whose variable is now unset is
+        dropped."""
         self._mtime = self._config_mtime()
         try:
-            configs = read_api_key_configs(self._config_file) if self._config_file else []
+            configs = read_api_key_configs(self._config_file, self._settings) if self._config_file else []
             missing: list[str] = []
             keys = resolve_api_keys(configs, self._environ, missing=missing)
         except ConfigError as exc:

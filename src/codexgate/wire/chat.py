@@ -23,9 +23,13 @@ from typing import Any, NoReturn
 from codexgate.errors import InvalidRequest
 from codexgate.wire.checks import (
     NUMBER,
+    TEMPERATURE_RANGE,
+    TOP_P_RANGE,
     check_metadata,
     check_model,
     check_optional,
+    check_range,
+    check_token_count,
     check_type,
     is_tool_choice_mode,
     required_field,
@@ -49,8 +53,6 @@ CHAT_SAMPLING_EXTRAS = ("frequency_penalty", "presence_penalty", "logit_bias")
 _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "stream": bool,
     "stream_options": dict,
-    "temperature": NUMBER,
-    "top_p": NUMBER,
     "seed": int,
     "user": str,
     "safety_identifier": str,
@@ -58,8 +60,6 @@ _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "service_tier": str,
     "metadata": dict,
     "parallel_tool_calls": bool,
-    "max_tokens": int,
-    "max_completion_tokens": int,
     "reasoning_effort": str,
     "verbosity": str,
     "frequency_penalty": NUMBER,
@@ -80,8 +80,10 @@ _REFUSED_FIELDS = {
     "prediction": "predicted outputs are not served; send the request without 'prediction'",
     "web_search_options": "hosted web search is not served; send the request without it",
 }
+# Known top-level fields checked by their ranges, their types with them.
+_RANGED_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens")
 # Every top-level field the chat face reads; the others travel in `ResponsesRequest.extra`.
-_OTHER_FIELDS = frozenset(("model", "messages", "tool_choice", "function_call", "stop"))
+_OTHER_FIELDS = frozenset(("model", "messages", "tool_choice", "function_call", "stop", *_RANGED_FIELDS))
 KNOWN_CHAT_FIELDS = frozenset(_TYPED_FIELDS) | frozenset(_REFUSED_FIELDS) | _OTHER_FIELDS
 _USER_PARTS = ("text", "image_url")  # the parts a user message may have
 
@@ -111,15 +113,15 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         value = data.get(name)
         if value is not None:
             check_type(value, expected, name)
+    check_range(data.get("temperature"), TEMPERATURE_RANGE, "temperature")
+    check_range(data.get("top_p"), TOP_P_RANGE, "top_p")
+    for name in ("max_completion_tokens", "max_tokens"):
+        check_token_count(data.get(name), name)
     _check_refusals(data)
 
     for index, message in enumerate(required_field(data, "messages", list)):
         _check_message(message, f"messages[{index}]")
 
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = data.get(name)
-        if value is not None and value < 1:
-            raise InvalidRequest(f"'{name}' must be at least 1.", param=name)
     stop_sequences(data.get("stop"))
     if data.get("metadata") is not None:
         check_metadata(data["metadata"])

@@ -12,15 +12,21 @@ import orjson
 from codexgate.errors import InvalidRequest
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_METADATA_KEYS",
     "MAX_METADATA_KEY_CHARS",
     "MAX_METADATA_VALUE_CHARS",
     "MAX_STOP_SEQUENCES",
+    "MAX_TOKEN_COUNT",
     "NUMBER",
+    "TEMPERATURE_RANGE",
     "TOOL_CHOICE_MODES",
+    "TOP_P_RANGE",
     "check_metadata",
     "check_model",
     "check_optional",
+    "check_range",
+    "check_token_count",
     "check_type",
     "is_tool_choice_mode",
     "required_field",
@@ -33,6 +39,19 @@ MAX_METADATA_KEYS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit on `stop`
+
+# Deepest nesting accepted, the body itself being level 1 (wire/responses.py check_depth).
+# Codex's deepest part is a tool's JSON schema (~10 levels); 64 leaves room for any real schema
+# and keeps every echo of the request (a few levels more inside an event) far below what orjson
+# can write (~255 levels; it reads 1,024).
+MAX_DEPTH = 64
+# The largest count of tokens a request may ask for (max_output_tokens, max_tokens): the largest
+# 32-bit signed integer, as llama.cpp reads n_predict (a larger one would wrap there, not be
+# refused) and far above any model's output. orjson reads an integer past 64 bits as a float.
+MAX_TOKEN_COUNT = 2**31 - 1
+# OpenAI's documented ranges of the sampling parameters.
+TEMPERATURE_RANGE = (0, 2)
+TOP_P_RANGE = (0, 1)
 
 NUMBER = (int, float)
 TOOL_CHOICE_MODES = frozenset(("none", "auto", "required"))
@@ -84,6 +103,32 @@ def check_optional(obj: dict[str, Any], name: str, expected: type | tuple[type, 
         if exact is None or type(value) not in exact:  # the parameter's name is made for a miss only
             check_type(value, expected, f"{param}.{name}")
     return value
+
+
+def check_token_count(value: Any, param: str) -> None:
+    """A count of tokens asked for (`max_output_tokens`, `max_tokens`), when not None: an
+    integer from 1 to MAX_TOKEN_COUNT. Raises InvalidRequest saying the range, or the type."""
+    kind = type(value)
+    if value is None or (kind is int and 0 < value <= MAX_TOKEN_COUNT):
+        return  # the common case: two comparisons
+    if (kind is int or kind is float) and not 1 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidRequest(
+            f"'{param}' must be an integer between 1 and {MAX_TOKEN_COUNT} (a 32-bit integer), got {value}.",
+            param=param,
+        )
+    check_type(value, int, param)  # a fraction, or not a number: raises
+
+
+def check_range(value: Any, bounds: tuple[int, int], param: str) -> None:
+    """`value`, when not None, a number within `bounds` (both included). Raises InvalidRequest
+    saying the range, or the type."""
+    kind = type(value)
+    if kind is float or kind is int:
+        low, high = bounds
+        if not low <= value <= high:
+            raise InvalidRequest(f"'{param}' must be between {low} and {high}, got {value}.", param=param)
+    elif value is not None:
+        check_type(value, NUMBER, param)
 
 
 def required_field(data: dict[str, Any], name: str, expected: type) -> Any:
@@ -162,11 +207,22 @@ def decode_json_object(raw: bytes | str, what: str) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if exc.msg == _ORJSON_TOO_DEEP:
+            raise InvalidRequest(
+                f"{what} is nested too deep: more than {_ORJSON_MAX_DEPTH} levels of arrays and objects "
+                f"(at most {MAX_DEPTH} are accepted)."
+            ) from None
         raise InvalidRequest(_not_json(raw, what, exc.pos, exc.lineno, exc.colno)) from None
     if not isinstance(data, dict):
         kind = "null" if data is None else _type_name(type(data))
         raise InvalidRequest(f"{what} must be a JSON object ({{...}}), not {kind}.")
     return data
+
+
+# orjson refuses JSON nested past 1,024 levels with this message and no other sign (the one
+# message of the library read here: tests/wire/test_checks.py holds it to it).
+_ORJSON_TOO_DEEP = "depth limit exceeded"
+_ORJSON_MAX_DEPTH = 1024
 
 
 def _not_json(raw: bytes | str, what: str, pos: int, line: int, column: int) -> str:

@@ -19,10 +19,15 @@ from typing import Any, NoReturn
 
 from codexgate.errors import InvalidRequest
 from codexgate.wire.checks import (
+    MAX_DEPTH,
     NUMBER,
+    TEMPERATURE_RANGE,
+    TOP_P_RANGE,
     check_metadata,
     check_model,
     check_optional,
+    check_range,
+    check_token_count,
     check_type,
     is_tool_choice_mode,
     stop_sequences,
@@ -46,11 +51,6 @@ _ITEM_REQUIRED: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "item_reference": (("id", str),),  # resolved from the store (server/state.py)
 }
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
-
-# Deepest nesting accepted, the body itself being level 1. Codex's deepest part is a tool's
-# JSON schema (~10 levels); 64 leaves room for any real schema and keeps every echo of the
-# request (a few levels more inside an event) far below what orjson can write.
-MAX_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +103,6 @@ _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "stream": bool,
     "reasoning": dict,
     "text": dict,
-    "max_output_tokens": int,
-    "temperature": NUMBER,
-    "top_p": NUMBER,
     "store": bool,
     "previous_response_id": str,
     "metadata": dict,
@@ -114,7 +111,9 @@ _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "user": str,
     "seed": int,
 }
-_KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop"}
+# Checked by their ranges (_check_fields), their types with them.
+_RANGED_FIELDS = ("max_output_tokens", "temperature", "top_p")
+_KNOWN = frozenset(_TYPED_FIELDS) | {"model", "input", "tool_choice", "stop", *_RANGED_FIELDS}
 # Fields kept in `extra` (the canonical model has no slot for them: backends read them there)
 # whose JSON type is still checked here, where a wrong one can be named.
 _TYPED_EXTRAS: dict[str, type | tuple[type, ...]] = {
@@ -193,7 +192,7 @@ def check_depth(data: Any, limit: int = MAX_DEPTH) -> None:
     path = _too_deep_path(data, limit)
     field_name = _clip(re.split(r"[.\[]", path, maxsplit=1)[0], 80) if path else None
     raise InvalidRequest(
-        f"'{field_name or 'body'}' nests deeper than {limit} levels (at '{_clip(path, 200)}').",
+        f"'{field_name or 'body'}' is nested too deep: more than {limit} levels (at '{_clip(path, 200)}').",
         param=field_name,
     )
 
@@ -231,9 +230,6 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
     tools = raw_tools or []
     tool_choice = _check_fields(data, tools, fresh_tools)
     stop = stop_sequences(data.get("stop"))
-    max_output_tokens = data.get("max_output_tokens")
-    if max_output_tokens is not None and max_output_tokens < 1:
-        raise InvalidRequest("'max_output_tokens' must be at least 1.", param="max_output_tokens")
 
     req = ResponsesRequest(
         model=model,
@@ -245,7 +241,7 @@ def parse_continued(data: dict[str, Any], earlier: ResponsesRequest | None) -> t
         stream=bool(data.get("stream")),
         reasoning=data.get("reasoning"),
         text=data.get("text"),
-        max_output_tokens=max_output_tokens,
+        max_output_tokens=data.get("max_output_tokens"),
         temperature=data.get("temperature"),
         top_p=data.get("top_p"),
         store=data.get("store"),
@@ -335,6 +331,9 @@ def _check_fields(data: dict[str, Any], tools: list[Any], fresh_tools: list[int]
         value = data.get(name)
         if value is not None:
             check_type(value, expected, name)
+    check_token_count(data.get("max_output_tokens"), "max_output_tokens")
+    check_range(data.get("temperature"), TEMPERATURE_RANGE, "temperature")
+    check_range(data.get("top_p"), TOP_P_RANGE, "top_p")
     for name, kind in _TYPED_EXTRAS.items():
         if data.get(name) is not None:
             check_type(data[name], kind, name)

@@ -7,12 +7,20 @@ answer went through its StreamReader. Here the request's head is built once as b
 written with its body in one call, and each read of the socket is parsed by httptools (C) and
 handed to the reader with one await. https:// upstreams stay on aiohttp: TLS and the network's
 latency dwarf that cost there.
+
+A connection idle in the pool is closed after `idle_timeout` seconds (30 by default), or
+sooner when the server says when it closes (`Keep-Alive: timeout=N`: then 1 s before that,
+so that no request is sent on a connection the server is closing). A server that never closes
+idle connections would otherwise keep a descriptor open on both sides for each connection of
+the busiest moment. One timer serves the whole pool: a sweep, at most once a second while
+connections are idle, and a connection past its time is closed, not used, when taken.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import socket
 import zlib
 from collections import deque
@@ -45,6 +53,12 @@ _HIGH_WATER = 256 * 1024  # body bytes buffered unread before the socket is paus
 # 21 vs 23 µs), writev beyond (1 MB: 101 vs 131 µs).
 _CONCAT_UP_TO = 100_000
 _NOT_FORWARDED = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding"})
+# Seconds a connection may stay idle in the pool (H1Transport's `idle_timeout`); a server's
+# own Keep-Alive timeout, less _BEFORE_THE_SERVER, when it is shorter.
+IDLE_TIMEOUT = 30.0
+_BEFORE_THE_SERVER = 1.0
+_SWEEP_EVERY = 1.0  # at most; the idle timeout when it is shorter
+_KEEP_ALIVE_TIMEOUT = re.compile(r"(?:^|[,;\s])timeout\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 _Key = tuple[str, int]
 _STREAM = socket.SOCK_STREAM
 _Head = tuple[int, "CIMultiDictProxy[str]"]  # an answer's status and headers
@@ -160,6 +174,8 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False  # served a request before (a dead one is retried once)
         self.answered = False  # a byte of the current answer arrived (never retried then)
+        self.server_keeps: float | None = None  # the seconds of the server's Keep-Alive timeout
+        self.idle_until = 0.0  # in the pool: the loop time past which it is closed, not used
         self.body: _Body | None = None
         self._head: asyncio.Future[_Head] | None = None  # done when status and headers are in
         self._parser = httptools.HttpResponseParser(self)
@@ -273,6 +289,10 @@ class _Connection(asyncio.Protocol):
         headers = CIMultiDictProxy(CIMultiDict(self._fields))
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         self._until_close = not chunked and "content-length" not in headers and status not in (204, 304)
+        keep_alive = headers.get("keep-alive")
+        if keep_alive is not None:
+            found = _KEEP_ALIVE_TIMEOUT.search(keep_alive)
+            self.server_keeps = float(found.group(1)) if found else None
         encoding = headers.get("content-encoding", "").strip().lower()
         self._encoding = encoding if encoding in ("gzip", "deflate") else None
         self._decoder = None
@@ -358,15 +378,19 @@ class H1Response:
 
 class H1Transport:
     """Keep-alive connections to plain http:// upstreams, pooled per (host, port), at most
-    `max_connections` open in all (a request beyond waits for one)."""
+    `max_connections` open in all (a request beyond waits for one), none idle longer than
+    `idle_timeout` seconds (or the server's own keep-alive timeout, less a second)."""
 
-    def __init__(self, max_connections: int = 1000) -> None:
+    def __init__(self, max_connections: int = 1000, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self._limit = max_connections
+        self._idle_timeout = idle_timeout
+        self._sweep_every = min(_SWEEP_EVERY, idle_timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[_Key, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._targets: dict[str, _Target] = {}
+        self._sweep: asyncio.TimerHandle | None = None  # armed while connections are idle
 
     async def open(self, request: HttpRequest) -> UpstreamResponse:
         target = self._targets.get(request.url)
@@ -399,18 +423,55 @@ class H1Transport:
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
+        self._stop_sweeping()
         for conn in list(self._open):
             conn.close()
         self._idle.clear()
 
+    def idle_connections(self) -> int:
+        """How many connections wait in the pool for a request."""
+        return sum(len(idle) for idle in self._idle.values())
+
     # -- the pool
 
     def release(self, conn: _Connection) -> None:
-        """A connection whose answer ended whole, ready for the next request."""
+        """A connection whose answer ended whole, ready for the next request (for as long as
+        it may stay idle)."""
+        keep = self._idle_timeout
+        if conn.server_keeps is not None:
+            keep = min(keep, conn.server_keeps - _BEFORE_THE_SERVER)
+        if keep <= 0:
+            conn.close()  # the server closes it at once, or nearly: not worth a request
+            return
         conn.reused = True
         conn.hold(full=False, resting=False)  # read, to see the server close it while idle
+        loop = self._loop or asyncio.get_running_loop()
+        conn.idle_until = loop.time() + keep
         self._idle.setdefault(conn.key, []).append(conn)
+        if self._sweep is None:
+            self._sweep = loop.call_later(max(keep, self._sweep_every), self._close_expired)
         self._wake_one()
+
+    def _close_expired(self) -> None:
+        """The sweep: every idle connection past its time is closed; armed again for the next
+        one to expire (at least `_sweep_every` later) while any are idle."""
+        self._sweep = None
+        loop = self._loop or asyncio.get_running_loop()
+        now = loop.time()
+        earliest: float | None = None
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
+                if conn.idle_until <= now:
+                    conn.close()  # forget() takes it out of the pool
+                elif earliest is None or conn.idle_until < earliest:
+                    earliest = conn.idle_until
+        if earliest is not None:
+            self._sweep = loop.call_at(max(earliest, now + self._sweep_every), self._close_expired)
+
+    def _stop_sweeping(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
     def forget(self, conn: _Connection) -> None:
         """A connection closed: out of the pool, its slot free."""
@@ -423,9 +484,11 @@ class H1Transport:
     async def _acquire(self, key: _Key, connect_timeout: float) -> _Connection:
         while True:
             idle = self._idle.get(key)
+            if idle:
+                now = (self._loop or asyncio.get_running_loop()).time()
             while idle:
                 conn = idle.pop()  # the most recent: the least likely to be closed by now
-                if conn.is_usable():
+                if conn.is_usable() and now < conn.idle_until:
                     return conn
                 conn.close()
             if len(self._open) < self._limit or self._close_one_idle():
@@ -501,14 +564,15 @@ class H1Transport:
         self._idle.clear()
         self._open.clear()
         self._waiters.clear()
+        self._stop_sweeping()  # the old loop's timer
 
 
 class DefaultTransport:
     """The gateway's transport: http:// URLs through `H1Transport`, the rest (https://) through
     `AiohttpTransport`."""
 
-    def __init__(self, max_connections: int = 1000) -> None:
-        self.plain = H1Transport(max_connections)
+    def __init__(self, max_connections: int = 1000, idle_timeout: float = IDLE_TIMEOUT) -> None:
+        self.plain = H1Transport(max_connections, idle_timeout)
         self.tls = AiohttpTransport(max_connections)
 
     def open(self, request: HttpRequest) -> Coroutine[Any, Any, UpstreamResponse]:
