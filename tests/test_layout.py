@@ -46,6 +46,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "server",
         *_CORE,
     ),  # fmt: skip
+    "commands.claude_setup": ("commands.claude_setup", "backends", "config", "server", *_CORE),
     "commands.replay": ("commands.replay", "app", "observability", "server", "backends", "config", *_CORE),
     "commands.usage": ("commands.usage", "app", "store", "config", *_CORE),
     "commands": ("commands.codex_needs",),

@@ -81,6 +81,12 @@ def _codex_setup(args: argparse.Namespace) -> int:
     return run_codex_setup(settings, args)
 
 
+def _claude_setup(args: argparse.Namespace) -> int:
+    from codexgate.commands.claude_setup.command import run_claude_setup
+
+    return run_claude_setup(_settings_from(args), args)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from codexgate.commands.doctor.command import run_doctor
 
@@ -110,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_serve(commands)
     _add_codex_setup(commands)
+    _add_claude_setup(commands)
     _add_doctor(commands)
     _add_replay(commands)
     _add_usage(commands)
@@ -199,6 +206,66 @@ def _add_codex_choices(setup: argparse.ArgumentParser) -> None:
         help="variable Codex sends as its bearer token (default, when the gateway has API keys: the "
         "first key's key_env, or CODEXGATE_API_KEY for keys from CODEXGATE_API_KEYS)",
     )
+
+
+def _add_claude_setup(commands: Commands) -> None:
+    setup = commands.add_parser(
+        "claude-setup",
+        help="point Claude Code at the gateway (its settings.json env block)",
+        description=(
+            "Merge into Claude Code's ~/.claude/settings.json the env block that sends it to the gateway "
+            "with the routes named here, its key, and the context window and output budget of those "
+            "routes (other settings are kept; the previous file is copied beside it). Reads the gateway's "
+            "address, routes and keys as `serve` does (these flags, their variables, the --config file)."
+        ),
+    )
+    add_config_flag(setup)
+    add_setting_flags(setup, SETUP_SETTINGS)
+    setup.add_argument(
+        "--gateway-url",
+        metavar="URL",
+        help="the gateway's URL as Claude Code reaches it (default http://HOST:PORT from --host/--port)",
+    )
+    setup.add_argument(
+        "--model", dest="main_model", required=True, metavar="ROUTE", help="the main model's route"
+    )
+    models = (
+        ("--small-model", "small_model", "the small fast model's (side requests, the haiku alias)"),
+        ("--subagent-model", "subagent_model", "the sub-agents'"),
+        ("--opus-model", "opus_model", "the opus alias's"),
+        ("--sonnet-model", "sonnet_model", "the sonnet alias's"),
+    )
+    for flag, dest, whose in models:
+        setup.add_argument(flag, dest=dest, metavar="ROUTE", help=f"{whose} route (default: the main route)")
+    setup.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="context window for routes with none configured (default: what the server reports)",
+    )
+    setup.add_argument(
+        "--key-env",
+        metavar="VAR",
+        help="variable holding the key Claude Code sends (default: the gateway's first configured key "
+        "set here, or CODEXGATE_API_KEY for keys from CODEXGATE_API_KEYS)",
+    )
+    setup.add_argument("--show-key", action="store_true", help="print the key itself (never by default)")
+    setup.add_argument(
+        "--print",
+        dest="print_as",
+        nargs="?",
+        const="shell",
+        choices=("shell", "json"),
+        help="print export lines (or the settings file's JSON) instead of writing",
+    )
+    setup.add_argument(
+        "--settings",
+        dest="settings_path",
+        type=Path,
+        metavar="PATH",
+        help="the settings file to write (default ~/.claude/settings.json)",
+    )
+    setup.set_defaults(run=_claude_setup)
 
 
 def _add_doctor(commands: Commands) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,104 @@ def test_install_codex_puts_each_version_in_its_own_prefix(tmp_path: Path) -> No
     ]
     bad = install("latest")
     assert bad.returncode != 0 and "not a release version: 'latest'" in bad.stderr
+
+
+FAKE_CLAUDE_NPM = """#!/bin/sh
+# `npm install --prefix DIR ... @anthropic-ai/claude-code@VERSION`: a `claude` that reports VERSION.
+# With {go} named, it waits for that file before installing (the test holds the install open).
+echo "$*" >> "{log}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift ;;
+    @anthropic-ai/claude-code@*) version=${{1#@anthropic-ai/claude-code@}} ;;
+  esac
+  shift
+done
+if [ -n "{go}" ]; then while [ ! -e "{go}" ]; do sleep 0.01; done; fi
+mkdir -p "$prefix/node_modules/.bin"
+printf '#!/bin/sh\\necho "%s (Claude Code)"\\n' "$version" > "$prefix/node_modules/.bin/claude"
+chmod +x "$prefix/node_modules/.bin/claude"
+"""
+
+
+def fake_claude_npm(tmp_path: Path, go: Path | None = None) -> tuple[dict[str, str], Path]:
+    """PATH and cache for scripts/install-claude.sh with a fake npm, and the npm call log."""
+    fake_bin, log = tmp_path / "bin", tmp_path / "npm.log"
+    fake_bin.mkdir()
+    (fake_bin / "npm").write_text(FAKE_CLAUDE_NPM.format(log=log, go=go or ""))
+    (fake_bin / "npm").chmod(0o755)
+    (fake_bin / "node").symlink_to("/bin/true")
+    env = {"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "CODEXGATE_CACHE": str(tmp_path / "cache")}
+    return env, log
+
+
+CLAUDE_SCRIPT = str(REPO_ROOT / "scripts" / "install-claude.sh")
+
+
+def test_install_claude_installs_the_pinned_version_in_its_own_prefix(tmp_path: Path) -> None:
+    """scripts/install-claude.sh with a fake npm: the pinned version by default (the one the e2e
+    helper runs), another by its argument; an installed version is not installed again."""
+    from tests.e2e.claude_cli import CLAUDE_VERSION
+
+    env, log = fake_claude_npm(tmp_path)
+
+    def install(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", CLAUDE_SCRIPT, *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    default, again, other = install(), install(), install("2.1.328")
+    cache = tmp_path / "cache" / "claude"
+    assert default.stdout == again.stdout == f"{cache}/{CLAUDE_VERSION}/node_modules/.bin/claude\n", (
+        default.stderr
+    )
+    assert other.stdout == f"{cache}/2.1.328/node_modules/.bin/claude\n", other.stderr
+    assert [line.split()[-1] for line in log.read_text().splitlines()] == [
+        f"@anthropic-ai/claude-code@{CLAUDE_VERSION}",
+        "@anthropic-ai/claude-code@2.1.328",
+    ]
+    bad = install("latest")
+    assert bad.returncode != 0 and "not a release version: 'latest'" in bad.stderr
+
+
+def _children(pid: int) -> list[str]:
+    """The command names of a process's children."""
+    names = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        if int(rest.split()[1]) == pid:
+            names.append(name.split("(", 1)[1])
+    return names
+
+
+def test_two_concurrent_claude_installs_download_once(tmp_path: Path) -> None:
+    """While one install runs, a second waits on the lock (its flock(1) child is seen), then
+    finds the version installed and downloads nothing."""
+    go = tmp_path / "go"
+    env, log = fake_claude_npm(tmp_path, go)
+    options: dict[str, Any] = {"env": env, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    first = subprocess.Popen(["bash", CLAUDE_SCRIPT], **options)
+    try:
+        wait_until(lambda: log.exists(), what="the first install never called npm")
+        second = subprocess.Popen(["bash", CLAUDE_SCRIPT], **options)
+        try:
+            wait_until(
+                lambda: "flock" in _children(second.pid), what="the second install did not wait on the lock"
+            )
+            go.touch()
+            outs = [first.communicate(timeout=60), second.communicate(timeout=60)]
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == second.returncode == 0, outs
+    assert outs[0][0] == outs[1][0] and outs[0][0].endswith("/node_modules/.bin/claude\n")
+    assert len(log.read_text().splitlines()) == 1
 
 
 def test_progress_reaches_the_sink_while_the_script_is_still_running(tmp_path: Path) -> None:
