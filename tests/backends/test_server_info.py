@@ -104,6 +104,28 @@ async def test_a_request_within_the_learned_window_goes_through() -> None:
     assert response.status_code == 200 and response.json()["status"] == "completed"
 
 
+async def test_an_output_asked_for_beyond_the_window_is_lowered_to_what_fits_beside_the_prompt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Claude Code asks for 32,000 tokens of a 2k model: vLLM would refuse the request."""
+    fake = FakeUpstream([text_reply("a"), text_reply("b"), text_reply("c")], endpoints=LLAMA_PROPS)
+    asks = [
+        {"model": "fake-model", "input": "word " * 240, "max_output_tokens": 32000},  # 1.2 kB
+        {"model": "fake-model", "input": "word " * 240, "max_output_tokens": 100},
+        {"model": "fake-model", "input": "word " * 1400, "max_output_tokens": 32000},  # 7 kB
+    ]
+    with caplog.at_level("INFO", "codexgate.backend"):
+        async with gateway(fake=fake) as (client, _, _):
+            for body in asks:
+                assert (await client.post("/v1/responses", json=body)).status_code == 200
+    sent = [request.body["max_tokens"] for request in fake.requests]
+    assert 2048 - 1000 < sent[0] <= 2048 - 400  # the window less the prompt, estimated high
+    assert sent[1] == 100  # fits: untouched
+    assert sent[2] == 1024  # no room left: never below 1024 (the upstream says if it cannot fit)
+    said = [r.getMessage() for r in caplog.records if "lowered" in r.getMessage()]
+    assert len(said) == 1 and "2048 tokens" in said[0]
+
+
 @pytest.mark.parametrize("setting", [{"learn_context_window": False}, {"context_window": 100_000}])
 async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting: dict[str, Any]) -> None:
     fake = FakeUpstream([text_reply("fits")], endpoints=LLAMA_PROPS)

@@ -29,10 +29,18 @@ class OnceLog:
         self._max = max_entries
 
     def warning(self, message: str) -> None:
+        if self._first(message):
+            log.warning(message)
+
+    def info(self, message: str) -> None:
+        if self._first(message):
+            log.info(message)
+
+    def _first(self, message: str) -> bool:
         if message in self._seen:
             self._seen.move_to_end(message)
-            return
+            return False
         self._seen[message] = None
         if len(self._seen) > self._max:
             self._seen.popitem(last=False)
-        log.warning(message)
+        return True

@@ -16,7 +16,7 @@ from codexgate.backends.base import UNKNOWN, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import BodyParts, Transport
-from codexgate.backends.log import OnceLog
+from codexgate.backends.log import OnceLog, clip
 from codexgate.backends.server_info import ContextWindows
 from codexgate.errors import ContextLengthExceeded
 from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
@@ -29,6 +29,10 @@ from codexgate.wire.responses import ResponsesRequest
 __all__ = ["ChatBackend", "ChatCall", "OnceLog", "UpstreamTarget"]
 
 _MAX_BYTES_PER_TOKEN = 6
+# A prompt's tokens estimated high (tokenizers average 3-4.5 bytes a token on code and prose),
+# so that an output lowered to fit the window beside it fits (_fit_output).
+_MIN_BYTES_PER_TOKEN = 3
+_MIN_OUTPUT_TOKENS = 1024  # an output is never lowered below this (or what was asked)
 
 
 class ChatCall(HttpCall):
@@ -110,6 +114,29 @@ class ChatCall(HttpCall):
                 except TimeoutError:
                     window = None
         self._check_fits(window)
+        self._fit_output(window)
+
+    def _fit_output(self, window: int | None) -> None:
+        """Lower the output asked for to what the window holds beside the prompt: Claude Code
+        asks for 32,000 tokens whatever the model, and vLLM refuses a request whose prompt and
+        max_tokens together pass the window, where llama.cpp would only stop early."""
+        assert self._unsent is not None
+        chat = self._unsent[1]
+        name = self._target.dialect.max_tokens_field
+        asked = chat.body.get(name)
+        if not window or not isinstance(asked, int):
+            return
+        room = window - self._input_bytes // _MIN_BYTES_PER_TOKEN
+        fitted = max(room, min(asked, _MIN_OUTPUT_TOKENS))
+        if fitted >= asked:
+            return
+        chat.body[name] = fitted
+        self._http.rewrite(BodyParts.of(chat.pieces()))
+        self._backend.once.info(
+            f"upstream {self._target.name}: {name} lowered where a request asks for more than the "
+            f"context window of {clip(self._upstream_model)} ({window} tokens) holds beside its "
+            "prompt (said once per model)"
+        )
 
 
 class ChatBackend(HttpBackend):  # a backends.base.Backend

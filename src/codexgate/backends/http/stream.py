@@ -174,6 +174,10 @@ class HttpStream:
         self._first_byte_deadline = 0.0
         self._deadline = float("inf")  # loop time by which the response must have ended
 
+    def rewrite(self, body: Body) -> None:
+        """Send `body` instead (before `open()`: a dialect that lowered what it asks for)."""
+        self._body = body
+
     @property
     def _first_byte_budget(self) -> float:
         return self._target.first_byte_timeout or self._target.idle_timeout
