@@ -9,8 +9,9 @@ Lenient where it is not: unknown top-level fields and unknown keys on messages, 
 (`cache_control`, `citations`, `defer_loading`, `clear_at`, fields of betas yet to come) are
 passed over, never a reason to fail: Claude Code sends seven betas and adds fields every release.
 
-What the gateway cannot carry is refused with a 400 naming it rather than dropped: a document or
-image named by URL or file id (the gateway fetches nothing and has no files API), blocks of
+What the gateway cannot carry is refused with a 400 naming it rather than dropped: a document
+named by a URL or a file id, an image by a file id (the gateway fetches nothing and has no files
+API; an image URL is passed on, as on the other faces), blocks of
 server tools in the history (`server_tool_use`, `web_search_tool_result`...: the gateway runs
 none), MCP servers for the API to call. Server tools offered in `tools` are not refused: the
 translator leaves them out and tells the model so (`is_server_tool`).
