@@ -60,12 +60,16 @@ def reasoning_text(item: dict[str, Any]) -> str:
 
 def thinking_block(item: dict[str, Any], *, shown: bool = True) -> dict[str, Any] | None:
     """The block a finished reasoning item goes out as (`shown`: False for `display:
-    "omitted"`, the text left out); None for an item that carries nothing (no text, no blob)."""
+    "omitted"`, the text left out); None for an item that carries nothing (no text, no blob).
+    A block kept whole is the block when the item shows no other text than its own (an
+    upstream that streamed its thinking and then its block); an item whose text is another
+    goes out with that text, its blob in the signature, so that the block agrees with what was
+    streamed and the blob still comes back."""
     blob = item.get("encrypted_content")
-    kept = decode_thinking(blob)
-    if kept is not None:
-        return kept
     text = reasoning_text(item)
+    kept = decode_thinking(blob)
+    if kept is not None and (not text or kept.get("thinking") == text):
+        return kept
     if not text and not isinstance(blob, str):
         return None
     blob_text = blob if isinstance(blob, str) else ""
