@@ -8,9 +8,15 @@ import itertools
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from codexgate.errors import InvalidRequest
-from codexgate.server.faces.messages import MessagesFace, MessagesJSON, MessagesSSE
+from codexgate.errors import InvalidRequest, UpstreamStreamCut
+from codexgate.server.faces.messages import MessagesFace, MessagesJSON, MessagesSSE, frame
+from codexgate.translate.builder import ResponseBuilder
+from codexgate.translate.envelope import Envelope
+from codexgate.translate.messages_face.events import MessagesEventEncoder
+from codexgate.translate.reasoning import encode_reasoning
 from tests.support.turns import make_turn
 
 
@@ -91,3 +97,43 @@ def test_count_tokens_is_read_without_max_tokens_and_refused_like_a_request() ->
     assert caught.value.param == "messages"
     with pytest.raises(InvalidRequest):
         face.count_tokens(b"not json")
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("text"), st.text(max_size=4)),
+            st.tuples(st.just("reasoning"), st.text(max_size=4)),
+            st.tuples(st.just("call"), st.sampled_from(["Bash", ""])),
+            st.tuples(st.just("close"), st.just("")),
+        ),
+        max_size=14,
+    ),
+    batch=st.integers(min_value=1, max_value=5),
+    fail=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_the_text_written_straight_is_byte_for_byte_the_encoders_event(
+    steps: list[tuple[str, str]], batch: int, fail: bool
+) -> None:
+    ids = itertools.count()
+    builder = ResponseBuilder(Envelope("resp_1", 0, "m", b"{}"), lambda prefix: f"{prefix}_{next(ids)}",
+                              reasoning_blob=encode_reasoning)  # fmt: skip
+    events = builder.start()
+    for step, value in steps:
+        if step == "text":
+            builder.text(value)
+        elif step == "reasoning":
+            builder.reasoning(value)
+        elif step == "call":
+            builder.function_call(value, "{}")
+        else:
+            builder.close_text()
+    if fail:
+        builder.fail(UpstreamStreamCut("cut"), {})
+    else:
+        builder.finish({})
+    events += builder.take()
+    sse = MessagesSSE("m")
+    written = b"".join(sse.batch(events[start : start + batch]) for start in range(0, len(events), batch))
+    assert written == b"".join(frame(event) for event in MessagesEventEncoder("m").feed(events))

@@ -126,9 +126,10 @@ class _Item:
     """A canonical output item as the stream knows it: the kind of block it makes, the block's
     index once started, the block events held while an earlier item is still open."""
 
-    __slots__ = ("kind", "index", "opened", "done", "held")
+    __slots__ = ("key", "kind", "index", "opened", "done", "held")
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, key: Any, kind: str) -> None:
+        self.key = key  # its item id
         self.kind = kind  # text, thinking, tool, other
         self.index = -1
         self.opened = False  # its block was started (or its start held)
@@ -204,6 +205,15 @@ class MessagesEventEncoder:
             # in_progress, parts added and done, the `.done` events: nothing new for a Messages client
         return out
 
+    def head_text_index(self, item_id: Any) -> int:
+        """The index of the block the answer text of item `item_id` goes out in now, when that
+        item's block is the one open (a text delta for it is then just `text_delta` in that
+        block, which the face may write without `feed`); else -1."""
+        head = self._head
+        if head is None or head.index < 0 or head.key != item_id or self.finished:
+            return -1
+        return head.index
+
     # -- items and the order of their blocks
 
     def _added(self, item: dict[str, Any], output_index: Any) -> _Item:
@@ -212,7 +222,7 @@ class MessagesEventEncoder:
         if known is not None:
             return known
         kind = item.get("type")
-        state = _Item(_KINDS.get(kind, "other") if isinstance(kind, str) else "other")
+        state = _Item(key, _KINDS.get(kind, "other") if isinstance(kind, str) else "other")
         self._items[key] = state
         self._queue.append(state)
         if self._head is None:
