@@ -73,6 +73,12 @@ class MessagesSSE(StreamEncoder):
 
     def batch(self, events: list[Event]) -> bytes:
         encoder = self._events
+        if len(events) == 1 and events[0]["type"] == _TEXT_DELTA:  # a paced upstream's every batch
+            index = encoder.head_text_index(events[0].get("item_id"))
+            if index >= 0:
+                delta = events[0]["delta"]
+                prefix = _TEXT_PREFIXES.get(index) or _text_prefix(index)
+                return prefix + orjson.dumps(delta) + b"}}\n\n" if delta else b""
         frames: list[bytes] = []
         waiting: list[Event] = []  # events for the encoder, fed in order before the next delta
         for event in events:
