@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from codexgate.errors import GatewayError, ModelOutputLoop, UpstreamStreamCut
+from codexgate.translate.chat_face.chunks import ChatChunkEncoder
 from codexgate.translate.cuts import cut_ids
 from codexgate.translate.stops import StopScanner
 from codexgate.translate.turn import Turn
+from codexgate.wire.responses_events import stop_sequence_of
+from codexgate.wire.sse import encode_events
 from tests.support.openresponses import validate_stream
 from tests.support.turns import make_turn
 
@@ -141,6 +144,50 @@ def test_text_that_only_looked_like_a_stop_sequence_is_released() -> None:
         turn.text(piece)
     events += finish(turn)
     assert output(events)[0]["content"][0]["text"] == "a </answer is here, </b"
+
+
+@pytest.mark.parametrize("split", [1, 2, 5, 100])
+def test_the_terminal_event_names_the_stop_sequence_met_where_no_responses_client_sees_it(split: int) -> None:
+    text = "alpha STOP beta END"
+    turn = neutral_turn(stop=["END", "STOP"])
+    events = turn.start()
+    for i in range(0, len(text), split):
+        turn.text(text[i : i + split])
+    *rest, terminal = turn.take()
+    events += rest
+    assert stop_sequence_of(terminal) == "STOP"  # the first met, not the first listed
+    assert encode_events([terminal]) == encode_events([dict(terminal)])  # the plain event, byte for byte
+    assert b"STOP" not in encode_events([terminal])
+    assert "STOP" not in str(ChatChunkEncoder(include_usage=True).feed(events + [terminal]))
+    validate_stream(events + [terminal])
+
+
+def test_a_stop_sequence_the_upstream_reports_reaches_the_terminal_event() -> None:
+    turn = neutral_turn()
+    turn.start()
+    turn.text("done")
+    turn.finish("stop", stop_sequence="\n\nHuman:")
+    assert stop_sequence_of(turn.take()[-1]) == "\n\nHuman:"
+
+
+def test_an_answer_no_stop_sequence_ended_has_a_plain_terminal_event() -> None:
+    for reason in ("stop", "length"):
+        turn = neutral_turn(stop=["END"])
+        turn.start()
+        turn.text("no sequence here")
+        turn.finish(reason, stop_sequence="END" if reason == "length" else None)
+        terminal = turn.take()[-1]
+        assert type(terminal) is dict and stop_sequence_of(terminal) is None
+
+
+def test_the_scanner_says_which_sequence_it_met() -> None:
+    scanner = StopScanner(["END", "ST"])
+    assert scanner.feed("a S") == "a " and scanner.matched is None
+    assert scanner.feed("TOP END") == ""
+    assert scanner.stopped and scanner.matched == "ST"
+    tie = StopScanner(["AB", "A"])
+    tie.feed("xAB")
+    assert tie.matched == "AB"  # met at the same place: the first listed
 
 
 def test_the_scanner_holds_back_only_a_possible_start() -> None:

@@ -28,7 +28,7 @@ from codexgate.errors import GatewayError
 from codexgate.translate.client_calls import client_call_item
 from codexgate.translate.cuts import cut_marker
 from codexgate.translate.envelope import Envelope
-from codexgate.wire.responses_events import Event
+from codexgate.wire.responses_events import Event, StopSequenceEnd
 
 IdFactory = Callable[[str], str]
 ReasoningBlob = Callable[[str], str]  # reasoning text -> the item's encrypted_content
@@ -307,10 +307,14 @@ class ResponseBuilder:
 
     # -- the end
 
-    def finish(self, usage: dict[str, Any], incomplete_reason: str | None = None) -> None:
+    def finish(
+        self, usage: dict[str, Any], incomplete_reason: str | None = None, *, stop_sequence: str | None = None
+    ) -> None:
         """Close what is open and end `response.completed`, or `response.incomplete` with
-        `incomplete_reason` (its message is then `incomplete` too). `done` is set only once
-        every event is built: if anything here raises, `fail()` still ends the stream."""
+        `incomplete_reason` (its message is then `incomplete` too). `stop_sequence`: the one
+        that ended the answer, carried by the terminal event where no Responses or Chat client
+        sees it (wire/responses_events.py `StopSequenceEnd`). `done` is set only once every
+        event is built: if anything here raises, `fail()` still ends the stream."""
         if self.done:
             return
         self._close_reasoning()
@@ -325,6 +329,8 @@ class ResponseBuilder:
         else:
             resource = self._env.resource("completed", output, usage=usage, completed_at=self._now())
             self._event("response.completed", response=resource)
+            if stop_sequence is not None:
+                self._events[-1] = StopSequenceEnd(self._events[-1], stop_sequence)
 
     def fail(self, error: GatewayError, usage: dict[str, Any]) -> None:
         """Close every open item as `incomplete`, mark what was said as cut (see

@@ -80,6 +80,8 @@ class ToolCall:
 class Stop:
     """The model's turn ends here (a stop sequence was met): the upstream is not read further."""
 
+    sequence: str | None = None  # the sequence met
+
 
 @dataclass(slots=True)
 class Failure:
@@ -404,7 +406,7 @@ class StopSequenceStage:
         released = scanner.feed(part.text)
         parts: list[Part] = [Text(released, part.verbatim)] if released else []
         if scanner.stopped:
-            parts.append(Stop())
+            parts.append(Stop(scanner.matched))
         return parts
 
     def flush(self) -> list[Part]:

@@ -1,9 +1,10 @@
 """Stop sequences applied by the gateway, for upstreams that cannot apply them (a Responses
 server, Codex). Pure and synchronous.
 
-The answer ends just before the first stop sequence met; the sequence is not sent. Text that
-could be the start of a sequence is held back until the next delta says whether it is, so a
-sequence split across deltas is still found, and no text after it is ever released.
+The answer ends just before the first stop sequence met; the sequence is not sent (the scanner
+says which it was, `matched`: the Messages face answers with it). Text that could be the start
+of a sequence is held back until the next delta says whether it is, so a sequence split across
+deltas is still found, and no text after it is ever released.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class StopScanner:
         self._firsts = frozenset(s[0] for s in self._sequences)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the sequence met, once `stopped`
 
     def passes(self, text: str) -> bool:
         """Whether `text` goes through unchanged: nothing is held and no sequence can start in
@@ -46,8 +48,11 @@ class StopScanner:
         if self.stopped:
             return ""
         buffer = self._held + text
-        cut = min((i for i in (buffer.find(s) for s in self._sequences) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, sequence) for sequence in self._sequences if (at := buffer.find(sequence)) >= 0]
+        if found:
+            cut, self.matched = min(
+                found, key=lambda hit: hit[0]
+            )  # the first met; of those, the first listed
             self.stopped = True
             self._held = ""
             return buffer[:cut]

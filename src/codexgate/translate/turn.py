@@ -166,6 +166,7 @@ class Turn:
         self._calls: dict[object, _OpenCall] = {}  # by the backend's key, in the order opened
         self._usage: dict[str, Any] | None = None
         self._stopped = False  # a stop sequence ended the answer
+        self._stop_sequence: str | None = None  # which, when known (the terminal event carries it)
         self._natural_end = False  # the backend said the model finished (then `run` drains it)
         self.output_chars = 0
         self.failure: GatewayError | None = None
@@ -312,12 +313,16 @@ class Turn:
         """The upstream's token counts, Responses-shaped (the last given wins)."""
         self._usage = usage
 
-    def finish(self, reason: str | None = "stop") -> None:
+    def finish(self, reason: str | None = "stop", stop_sequence: str | None = None) -> None:
         """The model's turn ended: `stop` or `tool_calls` complete the response; `length` and
-        `content_filter` end it incomplete (its calls are dropped: they may be cut off)."""
+        `content_filter` end it incomplete (its calls are dropped: they may be cut off).
+        `stop_sequence`: the request's stop sequence the upstream says it met (vLLM's
+        `stop_reason`, Anthropic's `stop_sequence`), for the Messages face to answer with."""
         if self.done:
             return
         self._natural_end = True
+        if stop_sequence is not None:
+            self._stop_sequence = stop_sequence
         self._end(reason)
 
     def truncate(self) -> None:
@@ -450,12 +455,13 @@ class Turn:
                     self.failure = part.error
             elif isinstance(part, Stop):
                 self._stopped = True
+                self._stop_sequence = part.sequence
             elif isinstance(part, Finish):
                 usage = part.usage or {}
                 if part.error is not None:
                     builder.fail(part.error, usage)
                 else:
-                    builder.finish(usage, part.incomplete_reason)
+                    builder.finish(usage, part.incomplete_reason, stop_sequence=self._stop_sequence)
 
     def _send_call(self, call: ToolCall) -> None:
         spec, builder = call.spec, self._builder

@@ -39,3 +39,24 @@ COMPLETED: Final = "response.completed"
 FAILED: Final = "response.failed"
 INCOMPLETE: Final = "response.incomplete"
 TERMINAL: Final[frozenset[str]] = frozenset((COMPLETED, FAILED, INCOMPLETE))
+
+
+class StopSequenceEnd(dict[str, Any]):
+    """The terminal event of an answer a stop sequence ended (`response.completed`), with the
+    sequence met in `stop_sequence`: the Messages face answers `stop_reason: "stop_sequence"`
+    with it. To every encoder it is the plain event it holds (orjson writes a dict subclass as
+    the dict), so the Responses and Chat faces never send the sequence, and a terminal event
+    with no sequence to tell stays a plain dict: what every other answer costs is unchanged."""
+
+    __slots__ = ("stop_sequence",)
+
+    def __init__(self, event: Event, stop_sequence: str) -> None:
+        super().__init__(event)
+        self.stop_sequence = stop_sequence
+
+
+def stop_sequence_of(event: Event) -> str | None:
+    """The stop sequence that ended the answer of this terminal event, when one did and the
+    backend knew which (the gateway's own stop sequences, translate/stops.py, or one the
+    upstream reported: `Turn.finish(reason, stop_sequence=...)`)."""
+    return getattr(event, "stop_sequence", None)

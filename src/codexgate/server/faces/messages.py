@@ -1,0 +1,155 @@
+"""The Anthropic Messages face (`POST /v1/messages`, `POST /v1/messages/count_tokens`): a
+Messages body -> the canonical request (wire/messages.py checks it,
+translate/messages_face/request.py translates it), and the canonical events -> Messages stream
+events as Server-Sent Events, or one Messages body (translate/messages_face/events.py).
+
+Streamed, each event is `event: <type>` + `data: <the event>`, the event's own `type` inside
+(what the Anthropic SDKs and Claude Code read); a failure after the first byte is `event:
+error` with Anthropic's error object, which the SDKs raise as an APIStatusError. While the
+upstream is silent the server writes `keepalive()`, a `ping` event. Errors before the first
+byte are Anthropic's error bodies too: `anthropic_error` (translate/messages_face/errors.py).
+
+The request's headers matter here as on no other face (`anthropic-version`, `anthropic-beta`,
+Claude Code's session header): `read` takes them beside the body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import orjson
+
+from codexgate.backends.base import Inbound, conversation_of
+from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
+from codexgate.translate.messages_face.count_tokens import count_tokens
+from codexgate.translate.messages_face.errors import anthropic_error
+from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder, messages_body
+from codexgate.translate.messages_face.request import MessagesAsk, parse_messages_request
+from codexgate.wire.checks import decode_json_object
+from codexgate.wire.messages_events import PING, StreamEventType
+from codexgate.wire.responses_events import Event
+
+__all__ = ["MessagesFace", "MessagesJSON", "MessagesSSE", "anthropic_error", "frame"]
+
+# Bytes of the request body per token of message_start's first estimate (message_delta then
+# carries the upstream's count): the estimate translate/envelope.py uses for usage.
+_BYTES_PER_TOKEN = 4
+
+
+def _head(kind: str) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: "
+
+
+# The `event:` line and `data: ` of each event, encoded once rather than per event.
+_HEADS = {kind: _head(kind) for kind in get_args(StreamEventType)}
+_PING = _HEADS[PING] + orjson.dumps({"type": PING}) + b"\n\n"
+_TEXT_DELTA = "response.output_text.delta"
+_TEXT_PREFIXES: dict[int, bytes] = {}
+
+
+def _text_prefix(index: int) -> bytes:
+    """The frame of a text delta in block `index`, up to its text (orjson's compact form)."""
+    prefix = _HEADS["content_block_delta"] + (
+        b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":' % index
+    )
+    if index < 64:  # an answer's first blocks: enough for nearly all
+        _TEXT_PREFIXES[index] = prefix
+    return prefix
+
+
+def frame(event: MessagesEvent) -> bytes:
+    """One Messages stream event as an SSE frame."""
+    kind = event["type"]
+    return (_HEADS.get(kind) or _head(kind)) + orjson.dumps(event) + b"\n\n"
+
+
+class MessagesSSE(StreamEncoder):
+    """A streamed Messages answer (one encoder per answer: it numbers the blocks and remembers
+    what went out)."""
+
+    def __init__(self, model: str, *, show_thinking: bool = True, input_tokens: int = 0) -> None:
+        self._events = MessagesEventEncoder(model, show_thinking=show_thinking, input_tokens=input_tokens)
+
+    def batch(self, events: list[Event]) -> bytes:
+        encoder = self._events
+        if len(events) == 1 and events[0]["type"] == _TEXT_DELTA:  # a paced upstream's every batch
+            index = encoder.head_text_index(events[0].get("item_id"))
+            if index >= 0:
+                delta = events[0]["delta"]
+                prefix = _TEXT_PREFIXES.get(index) or _text_prefix(index)
+                return prefix + orjson.dumps(delta) + b"}}\n\n" if delta else b""
+        frames: list[bytes] = []
+        waiting: list[Event] = []  # events for the encoder, fed in order before the next delta
+        for event in events:
+            if event["type"] == _TEXT_DELTA:
+                # The answer's text deltas, nearly every event: written straight into the open
+                # block's frame, byte for byte what the encoder's event would be.
+                if waiting:
+                    frames += [frame(made) for made in encoder.feed(waiting)]
+                    waiting = []
+                index = encoder.head_text_index(event.get("item_id"))
+                if index >= 0:
+                    delta = event["delta"]
+                    if delta:
+                        prefix = _TEXT_PREFIXES.get(index) or _text_prefix(index)
+                        frames.append(prefix + orjson.dumps(delta) + b"}}\n\n")
+                    continue
+            waiting.append(event)
+        if waiting:
+            frames += [frame(made) for made in encoder.feed(waiting)]
+        return b"".join(frames)
+
+    def keepalive(self) -> bytes:
+        """A `ping` event, for the server to write while the upstream is silent (Claude Code
+        gives up on a stream that sends nothing for a while)."""
+        return _PING
+
+
+class MessagesJSON(BodyEncoder):
+    """A non-streamed Messages answer: the message (a failure: Anthropic's error status and body)."""
+
+    def __init__(self, model: str, *, show_thinking: bool = True) -> None:
+        self._model = model
+        self._show = show_thinking
+
+    def whole(self, terminal: Event) -> tuple[int, Any]:
+        return messages_body(terminal, self._model, show_thinking=self._show)
+
+
+class MessagesFace:
+    """`POST /v1/messages` and `POST /v1/messages/count_tokens`."""
+
+    name = "messages"
+
+    def read(self, body: bytes, caller: str | None, headers: Mapping[str, str] | None = None) -> Ask:
+        """Raises InvalidRequest naming the Messages parameter."""
+        return self.read_messages(body, caller, headers)[0]
+
+    def read_messages(
+        self, body: bytes, caller: str | None, headers: Mapping[str, str] | None = None
+    ) -> tuple[Ask, MessagesAsk]:
+        """`read`, and what only this face acts on (the betas, the context management asked
+        for, the server tools left out). `headers`: the request's, names in any case."""
+        ask = parse_messages_request(decode_json_object(body, "The request body"), headers)
+        req = ask.request
+        # Claude Code's session, scoped to the caller (as the other faces scope theirs): a pool
+        # keeps a conversation on one member, backends that remember conversations key them by it.
+        key = ask.conversation_key
+        conversation = conversation_of(caller, key) if key else None
+        encoder: StreamEncoder | BodyEncoder
+        if req.stream:
+            encoder = MessagesSSE(
+                ask.model, show_thinking=ask.shows_thinking, input_tokens=len(body) // _BYTES_PER_TOKEN
+            )
+        else:
+            encoder = MessagesJSON(ask.model, show_thinking=ask.shows_thinking)
+        return Ask(req, Inbound(caller, conversation, len(body)), encoder), ask
+
+    def count_tokens(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, int]]:
+        """The answer of `/v1/messages/count_tokens`: 200 and `{"input_tokens": N}`. Raises
+        InvalidRequest naming the Messages parameter."""
+        ask = parse_messages_request(decode_json_object(body, "The request body"), headers, count_tokens=True)
+        return 200, count_tokens(ask)
