@@ -35,6 +35,7 @@ from codexgate.server.app import GatewayApp
 from codexgate.server.auth import KeyRing, resolve_api_keys
 from codexgate.server.delivery import Face
 from codexgate.server.faces.chat import ChatFace
+from codexgate.server.faces.messages import MessagesFace
 from codexgate.server.faces.responses import CompactFace, RequestReader, ResponsesFace
 from codexgate.server.guard import AccessPolicy, Guard
 from codexgate.server.keys.admission import Admission
@@ -368,6 +369,7 @@ def faces(building: Building) -> dict[str, Face]:
         "/responses": ResponsesFace(RequestReader(history)),
         "/responses/compact": CompactFace(),
         "/chat/completions": ChatFace(),
+        "/messages": MessagesFace(),
     }
 
 

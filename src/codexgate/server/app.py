@@ -35,6 +35,7 @@ from codexgate.routing.router import Router
 from codexgate.server.asgi import App, Receive, Scope, Send
 from codexgate.server.delivery import ClientGone, Face, http_output, until_disconnect
 from codexgate.server.exchange import Exchange
+from codexgate.server.faces.messages import MessagesFace
 from codexgate.server.faces.responses import ResponsesFace
 from codexgate.server.guard import API_KEY_NAME, SHOW_DETAILS, Guard
 from codexgate.server.http_errors import JSON_HEADERS, ErrorShape, openai_shape, send_error, send_json
@@ -121,6 +122,9 @@ class GatewayApp:
         routes: dict[str, dict[str, Handler]] = {
             path: {"POST": self._face_handler(face)} for path, face in self.faces.items()
         }
+        messages = self.faces.get("/messages")
+        if isinstance(messages, MessagesFace):
+            routes["/messages/count_tokens"] = {"POST": self._count_tokens_route(messages)}
         routes["/models"] = {"GET": self._models_route}
         routes["/usage"] = {"GET": UsageRoute(self.admission.ledger, self.admission.is_admin)}
         routes["/health"] = routes["/healthz"] = {"GET": self._health_route}
@@ -306,6 +310,17 @@ class GatewayApp:
         face = self.faces.get(path) or self.faces.get(path.rpartition("/")[0])
         return face.error_shape if face is not None else openai_shape
 
+    def _count_tokens_route(self, face: MessagesFace) -> Handler:
+        """`POST /v1/messages/count_tokens`: the prompt's tokens, estimated here for every backend
+        (translate/messages_face/count_tokens.py); no upstream is asked."""
+
+        async def count(scope: Scope, receive: Receive, send: Send) -> None:
+            body = await self._read_body(scope, receive)
+            status, answer = face.count_tokens(body, _named_headers(scope))
+            await send_json(send, status, answer)
+
+        return count
+
     async def _health_route(self, scope: Scope, receive: Receive, send: Send) -> None:
         status, health = await self._health()
         details = scope.get(SHOW_DETAILS, True)
@@ -316,6 +331,8 @@ class GatewayApp:
         caller = scope.get(API_KEY_NAME)
         # A key with `models` sees those only.
         listed["data"] = [m for m in listed["data"] if self.admission.may_use(caller, m["id"])]
+        if _header(scope, b"anthropic-version") is not None:  # an Anthropic client (Claude Code)
+            listed = _anthropic_models(listed["data"], _query(scope))
         await send_json(send, 200, listed)
 
     async def _health(self) -> tuple[int, dict[str, Any]]:
@@ -387,6 +404,34 @@ class GatewayApp:
             "No upstream answered, so the gateway cannot list their models: " + "; ".join(problems),
             status=503,
         )
+
+
+def _anthropic_models(models: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+    """The model list as Anthropic's API answers it (`GET /v1/models` with `anthropic-version`:
+    Claude Code's gateway model discovery), paged by `limit`, `after_id` and `before_id`."""
+    ids = [m["id"] for m in models]
+    if query.get("after_id") in ids:
+        ids = ids[ids.index(query["after_id"]) + 1 :]
+    if query.get("before_id") in ids:
+        ids = ids[: ids.index(query["before_id"])]
+    limit = int(query["limit"]) if query.get("limit", "").isdigit() else 20
+    page, more = ids[: max(1, min(limit, 1000))], len(ids) > max(1, min(limit, 1000))
+    created = {m["id"]: m["created"] for m in models}
+    data = [
+        {
+            "type": "model",
+            "id": name,
+            "display_name": name,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created[name])),
+        }
+        for name in page
+    ]
+    return {"data": data, "has_more": more, "first_id": page[0] if page else None,
+            "last_id": page[-1] if page else None}  # fmt: skip
+
+
+def _named_headers(scope: Scope) -> dict[str, str]:
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
 
 
 def _method_not_allowed(methods: dict[str, Any], scope: Scope) -> InvalidRequest:

@@ -21,7 +21,7 @@ from typing import Any, get_args
 import orjson
 
 from codexgate.backends.base import Inbound, conversation_of
-from codexgate.server.delivery import Ask, BodyEncoder, StreamEncoder
+from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEncoder
 from codexgate.translate.messages_face.count_tokens import count_tokens
 from codexgate.translate.messages_face.errors import anthropic_error
 from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder, messages_body
@@ -100,10 +100,10 @@ class MessagesSSE(StreamEncoder):
             frames += [frame(made) for made in encoder.feed(waiting)]
         return b"".join(frames)
 
-    def keepalive(self) -> bytes:
-        """A `ping` event, for the server to write while the upstream is silent (Claude Code
-        gives up on a stream that sends nothing for a while)."""
-        return _PING
+    # A `ping` event, written while the upstream is silent (a long prefill on a CPU), as
+    # Anthropic's API does: proxies and clients that give up on a stream sending nothing keep it.
+    keepalive = _PING
+    keepalive_seconds = 5.0
 
 
 class MessagesJSON(BodyEncoder):
@@ -121,10 +121,11 @@ class MessagesFace:
     """`POST /v1/messages` and `POST /v1/messages/count_tokens`."""
 
     name = "messages"
+    error_shape = staticmethod(anthropic_error)
 
-    def read(self, body: bytes, caller: str | None, headers: Mapping[str, str] | None = None) -> Ask:
+    def read(self, body: bytes, caller: str | None, headers: RequestHeaders = ()) -> Ask:
         """Raises InvalidRequest naming the Messages parameter."""
-        return self.read_messages(body, caller, headers)[0]
+        return self.read_messages(body, caller, _named(headers))[0]
 
     def read_messages(
         self, body: bytes, caller: str | None, headers: Mapping[str, str] | None = None
@@ -153,3 +154,12 @@ class MessagesFace:
         InvalidRequest naming the Messages parameter."""
         ask = parse_messages_request(decode_json_object(body, "The request body"), headers, count_tokens=True)
         return 200, count_tokens(ask)
+
+
+def _named(headers: RequestHeaders) -> dict[str, str]:
+    """ASGI's header pairs as a mapping of the ones the face reads (anthropic-*, Claude Code's)."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in headers
+        if name.startswith((b"anthropic-", b"x-claude-code-"))
+    }
