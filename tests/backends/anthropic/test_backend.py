@@ -20,22 +20,15 @@ from codexgate.config import load_settings
 from codexgate.translate.reasoning import decode_thinking
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
-from tests.support.codex_requests import APPLY_PATCH, EXEC_COMMAND, MULTI_AGENT, codex_body
+from tests.support.codex_requests import APPLY_PATCH, EXEC_COMMAND, MULTI_AGENT
 from tests.support.fake_messages_upstream import (
     FakeMessagesUpstream,
-    MessageReply,
     Text,
     Thinking,
     ToolUse,
-    anthropic_error,
     message_reply,
-    overloaded,
-    prompt_too_long,
-    rate_limited,
     sign,
 )
-from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.sse import sse_events
 
 JSON = dict[str, Any]
 BASE = "http://claude.test/v1"
