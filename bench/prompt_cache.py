@@ -31,9 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import httpx  # noqa: E402
-
-from codexgate.app import build_app  # noqa: E402
-from codexgate.config import load_settings  # noqa: E402
 from tests.support.asgi_client import StreamingASGITransport  # noqa: E402
 from tests.support.asgi_upstream import ASGIUpstreamTransport  # noqa: E402
 from tests.support.codex_requests import codex_body, text_message  # noqa: E402
@@ -46,6 +43,9 @@ from tests.support.fake_messages_upstream import (  # noqa: E402
     message_reply,
 )
 from tests.support.sse import sse_events  # noqa: E402
+
+from codexgate.app import build_app  # noqa: E402
+from codexgate.config import load_settings  # noqa: E402
 
 JSON = dict[str, Any]
 MODEL = "claude-sonnet-4-5"
@@ -64,7 +64,8 @@ _SECTION = (
 BASE_INSTRUCTIONS = "".join(_SECTION.format(n=n) for n in range(1, 53))
 PERMISSIONS = (
     "<permissions instructions>Filesystem sandboxing: workspace-write. Network: restricted. Approval "
-    "policy: never. Commands run inside the workspace; ask before writing elsewhere.</permissions instructions>"
+    "policy: never. Commands run inside the workspace; ask before writing elsewhere."
+    "</permissions instructions>"
 )
 ENVIRONMENT = (
     "<environment_context><cwd>/home/dev/project</cwd><shell>bash</shell>"
@@ -154,7 +155,8 @@ def report(usages: list[JSON], prompt_cache: str) -> int:
         u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] for u in later
     )
     print(
-        f"turns 2-{len(usages)}: {read / total if total else 0:.1%} of {total} input tokens read from the cache"
+        f"turns 2-{len(usages)}: {read / total if total else 0:.1%} of {total} input tokens "
+        "read from the cache"
     )
     if misses:
         print(
