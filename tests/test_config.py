@@ -214,10 +214,14 @@ def test_every_setting_the_example_documents_is_accepted_where_it_stands(tmp_pat
     config.write_text(_switched_on(text))
     settings = load_settings({}, config, environ={})
     kinds = [u.kind for u in settings.upstreams]
-    assert kinds == ["chat", "responses", "codex", "embedded"] and settings.upstream and settings.api_keys
+    assert (
+        kinds == ["chat", "responses", "anthropic", "codex", "embedded"]
+        and settings.upstream
+        and settings.api_keys
+    )
     assert set(tomllib.loads(config.read_text())["upstreams"][0]) == _accepted("chat")
     takes = re.findall(r'^# kind = "(\w+)":.*?^# Takes: (.*?)\.$', text, re.M | re.S)
-    assert [kind for kind, _ in takes] == ["responses", "codex", "embedded"]
+    assert [kind for kind, _ in takes] == ["responses", "anthropic", "codex", "embedded"]
     for kind, listed in takes:
         assert {n.strip() for n in listed.replace("\n#", " ").split(",")} == _accepted(kind), kind
 
@@ -269,7 +273,9 @@ def test_an_upstream_kind_other_than_chat_is_refused() -> None:
 
     with pytest.raises(ValidationError):
         ChatUpstream(name="u", base_url="http://127.0.0.1:8000/v1", kind="codex")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="base_url applies to upstreams of kind chat or responses"):
+    with pytest.raises(
+        ValidationError, match="base_url applies to upstreams of kind anthropic or chat or responses"
+    ):
         CodexUpstream(name="u", base_url="http://127.0.0.1:8000/v1")  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="base_url applies"):
         parse_upstream({"name": "u", "base_url": "http://127.0.0.1:8000/v1", "kind": "codex"})
@@ -296,7 +302,7 @@ def test_each_kind_of_upstream_takes_its_own_settings_and_refuses_the_others(tmp
     for bad, named in [
         (
             codex + '\nbase_url = "http://127.0.0.1:1/v1"',
-            "base_url applies to upstreams of kind chat or responses",
+            "base_url applies to upstreams of kind anthropic or chat or responses",
         ),
         (codex + '\ndeveloper_role = "system"', "developer_role applies to upstreams of kind chat"),
         (responses + '\nsandbox = "read-only"', "sandbox applies to upstreams of kind codex"),
@@ -405,7 +411,7 @@ def test_an_unknown_kind_is_echoed_with_the_valid_kinds(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     message = config_error(config, '[[upstreams]]\nname = "x"\nkind = "ollama"\nbase_url = "http://a/v1"\n')
     assert "upstreams[0].kind = 'ollama' (upstream 'x', in " in message
-    assert "must be 'chat', 'responses', 'codex' or 'embedded'" in message
+    assert "must be 'chat', 'responses', 'anthropic', 'codex' or 'embedded'" in message
 
 
 def test_a_setting_of_another_kind_names_the_entry_and_the_setting(tmp_path: Path) -> None:
@@ -439,6 +445,7 @@ def test_an_upstream_that_names_no_kind_is_a_chat_upstream_and_each_kind_is_its_
     tables = {
         "chat": {"base_url": "http://a/v1"},
         "responses": {"base_url": "http://a/v1"},
+        "anthropic": {"base_url": "http://a/v1"},
         "codex": {},
         "embedded": {},
     }

@@ -30,6 +30,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "backends.http": _BACKEND_SHARED,
     "backends.chat": (*_BACKEND_SHARED, "backends.chat"),
     "backends.responses": (*_BACKEND_SHARED, "backends.responses"),
+    "backends.anthropic": (*_BACKEND_SHARED, "backends.anthropic"),
     "backends.codex": (*_BACKEND_SHARED, "backends.codex"),
     "backends.embedded": (*_BACKEND_SHARED, "backends.embedded", "backends.chat"),
     "routing": ("routing", "config", *_BACKEND_SEAM, *_CORE),

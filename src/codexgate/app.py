@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codexgate.backends.anthropic.factory import ANTHROPIC
 from codexgate.backends.base import Backend
 from codexgate.backends.chat.factory import CHAT
 from codexgate.backends.codex.factory import CODEX
@@ -57,6 +58,7 @@ _REDISCOVER_SECONDS = 5.0
 BACKEND_KINDS: Mapping[str, BackendKind] = {
     "chat": CHAT,
     "responses": RESPONSES,
+    "anthropic": ANTHROPIC,
     "codex": CODEX,
     "embedded": EMBEDDED,
 }

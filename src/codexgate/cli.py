@@ -292,6 +292,14 @@ def _add_doctor(commands: Commands) -> None:
         action="store_false",
         help="do not look for a local model server when no upstream is given",
     )
+    doctor.add_argument(
+        "--kind",
+        choices=("chat", "anthropic"),
+        default="chat",
+        help="what the upstream speaks: chat (Chat Completions, the default) or anthropic (the Messages "
+        "API: the key, the models, the model and one streamed message are probed; with no --upstream, "
+        "Anthropic's API)",
+    )
     doctor.add_argument("--model", help="model to probe (default: the first the server lists)")
     doctor.add_argument(
         "--api-key-env",

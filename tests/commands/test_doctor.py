@@ -11,10 +11,12 @@ import pytest
 
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.cli import main
+from codexgate.commands.doctor.anthropic import AnthropicDoctor
 from codexgate.commands.doctor.command import write_settings
 from codexgate.commands.doctor.probe import Doctor, Report
 from codexgate.config import load_settings
 from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_messages_upstream import FakeMessagesUpstream, Text, anthropic_error, message_reply
 from tests.support.fake_upstream import (
     JSON,
     FakeUpstream,
@@ -234,3 +236,83 @@ def test_write_never_saves_a_url_found_wrong(
     out = capsys.readouterr().out
     assert code == 1 and not config.exists()
     assert "nothing written to" in out and "No settings recommended" in out and "[[upstreams]]" not in out
+
+
+# -- an Anthropic Messages upstream (--kind anthropic)
+
+
+def test_doctor_probes_an_anthropic_upstream_and_recommends_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_KEY", "sk-ant-good")
+    fake = FakeMessagesUpstream(lambda body: message_reply(Text("ok")), api_key="sk-ant-good")
+    written = tmp_path / "codexgate.toml"
+    with run_asgi_server(fake) as url:
+        code = main(["doctor", "--kind", "anthropic", "--upstream", url + "/v1", "--api-key-env", "CLAUDE_KEY",
+                     "--write", str(written)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "key: sent as x-api-key, from CLAUDE_KEY" in out
+    assert "claude-sonnet-4-5: context window 200000 (/v1/models max_input_tokens), thinks" in out
+    assert "streaming: a streamed message" in out
+    settings = load_settings({}, written, environ={})
+    upstream, model = settings.upstreams[0], settings.models[0]
+    assert (upstream.kind, getattr(upstream, "api_key_env", None)) == ("anthropic", "CLAUDE_KEY")
+    assert (model.name, model.context_window, model.supports_reasoning) == (
+        "claude-sonnet-4-5",
+        200_000,
+        True,
+    )
+    assert fake.requests[0].headers["anthropic-version"] == "2023-06-01"
+
+
+async def anthropic_report(
+    fake: FakeMessagesUpstream, key_env: str | None, key: str | None, model: str | None = None
+) -> Report:
+    doctor = AnthropicDoctor(
+        ASGIUpstreamTransport(fake), BASE, key_env=key_env, key=key, model=model, timeout=5
+    )
+    return await doctor.run()
+
+
+def summaries(report: Report) -> dict[str, tuple[str, str]]:
+    return {c.name: (c.status, c.summary) for c in report.checks}
+
+
+async def test_doctor_says_plainly_when_the_anthropic_key_is_missing() -> None:
+    report = await anthropic_report(FakeMessagesUpstream(api_key="sk-ant-good"), "ANTHROPIC_API_KEY", None)
+    checks = summaries(report)
+    assert checks["key"] == ("fail", "no key: ANTHROPIC_API_KEY is not set")
+    assert checks["reachable"] == (
+        "fail",
+        "the server wants a key (HTTP 401) and ANTHROPIC_API_KEY is not set",
+    )
+    assert not report.ok
+
+
+async def test_doctor_says_plainly_when_the_anthropic_key_is_wrong() -> None:
+    report = await anthropic_report(FakeMessagesUpstream(api_key="sk-ant-good"), "K", "sk-ant-stale")
+    assert summaries(report)["reachable"] == (
+        "fail",
+        "the key was refused (HTTP 401): the key in K is wrong or revoked",
+    )
+    assert report.unwritable is not None
+
+
+async def test_doctor_says_plainly_when_the_model_is_unknown() -> None:
+    fake = FakeMessagesUpstream(models=["claude-sonnet-4-5", "claude-haiku-4-5"])
+    report = await anthropic_report(fake, None, None, model="claude-sonet-4-5")
+    checks = summaries(report)
+    assert checks["key"][0] == "warn"  # a local server needs none
+    assert checks["model"] == ("fail", "unknown model: claude-sonet-4-5 is not one the server has")
+    assert report.checks[-1].details == ["it lists: claude-sonnet-4-5, claude-haiku-4-5"]
+
+
+async def test_doctor_names_an_unknown_model_the_messages_endpoint_refuses() -> None:
+    # A server that lists nothing: the model is tried, and its 404 is the unknown model.
+    def answer(body: JSON) -> Any:
+        return anthropic_error(404, "not_found_error", f"model: {body['model']}")
+
+    fake = FakeMessagesUpstream(answer, models=[])
+    checks = summaries(await anthropic_report(fake, None, None, model="qwen-nope"))
+    assert checks["streaming"] == ("fail", "unknown model: qwen-nope (the server said: model: qwen-nope)")

@@ -11,6 +11,7 @@ import pytest
 from codexgate.cli import main
 from codexgate.commands.codex_setup.command import model_specs
 from codexgate.config import load_settings
+from tests.support.fake_messages_upstream import FakeMessagesUpstream, model_entry
 from tests.support.servers import run_asgi_server
 
 
@@ -83,3 +84,39 @@ def test_the_command_writes_profile_and_catalog_and_prints_how_to_run_codex(
 def test_nothing_to_set_up_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["codex-setup", "--no-discover", "--codex-home", str(tmp_path)]) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def test_an_anthropic_route_gets_its_window_and_reasoning_levels_from_the_models_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("CLAUDE_KEY", "sk-ant-test")
+    models = [
+        model_entry("claude-sonnet-4-5", max_input_tokens=1_000_000),
+        model_entry("local-qwen", max_input_tokens=32768),
+    ]
+    fake = FakeMessagesUpstream(models=models, api_key="sk-ant-test")
+    with run_asgi_server(fake) as url:
+        config = tmp_path / "c.toml"
+        config.write_text(
+            f'[[upstreams]]\nname = "claude"\nkind = "anthropic"\nbase_url = "{url}/v1"\napi_key_env = "CLAUDE_KEY"\n'
+            '[[models]]\nname = "sonnet"\nmodel = "claude-sonnet-4-5"\n'
+            '[[models]]\nname = "opus"\nmodel = "claude-opus-4-1"\n'  # not listed: the table
+            '[[models]]\nname = "qwen"\nmodel = "local-qwen"\n'
+        )
+        assert main(["codex-setup", "--config", str(config), "--codex-home", str(tmp_path / "home")]) == 0
+    catalog = json.loads((tmp_path / "home" / "codexgate-models.json").read_text())
+    entries = {m["slug"]: m for m in catalog["models"]}
+    assert entries["sonnet"]["context_window"] == 1_000_000  # listed: so the key went as x-api-key
+    assert entries["opus"]["context_window"] == 200_000
+    assert entries["qwen"]["context_window"] == 32768
+    assert [level["effort"] for level in entries["sonnet"]["supported_reasoning_levels"]] == [
+        "low",
+        "medium",
+        "high",
+    ]
+    assert entries["sonnet"]["input_modalities"] == ["text", "image"]
+    assert entries["qwen"]["supported_reasoning_levels"] == []
+    out = capsys.readouterr().out
+    assert "model sonnet: context window 1000000 (/v1/models max_input_tokens)" in out
+    assert "model opus: context window 200000 (Claude models' context window)" in out

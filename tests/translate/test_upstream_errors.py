@@ -43,6 +43,42 @@ def err(message: str, code: object = None, kind: object = None) -> dict[str, obj
             UpstreamModelNotFound,
             "model_not_found",
         ),
+        (
+            404,
+            {"type": "error", "error": {"type": "not_found_error", "message": "model: claude-x"}},
+            UpstreamModelNotFound,
+            "model_not_found",
+        ),
+        (
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                },
+            },
+            ContextLengthExceeded,
+            "context_length_exceeded",
+        ),
+        (
+            529,
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            Overloaded,
+            "server_is_overloaded",
+        ),
+        (
+            429,
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+            RateLimited,
+            "rate_limit_exceeded",
+        ),
+        (
+            401,
+            {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+            UpstreamAuthError,
+            "upstream_authentication_failed",
+        ),
         (500, b"<html>oops</html>", UpstreamServerError, "upstream_error"),
         (413, b"too big", ContextLengthExceeded, "context_length_exceeded"),
         (422, {"detail": [{"msg": "field required"}]}, UpstreamBadRequest, "invalid_request_error"),
@@ -62,6 +98,7 @@ PROSE_EXAMPLES = {
     "too many tokens": "Input has too many tokens",
     "input (?:is )?too long": "Input is too long for requested model.",
     "model .*(?:not found|does not exist)|no such model": 'model "llama9" not found, try pulling it first',
+    r"^model: \S+$": "model: claude-sonnet-9",  # Anthropic's 404 not_found_error
     "failed to parse tools|unsupported tool type": 'Failed to parse tools: Unsupported tool type: {"type":"custom"}',
 }
 

@@ -2,7 +2,8 @@
 `UpstreamConfig`, their union discriminated by `kind` (chat when an upstream names none).
 
 How the gateway talks to an upstream, a backend package per kind (app.py's BACKEND_KINDS):
-chat: a Chat Completions server; responses: a Responses server; codex: the Codex agent, driven
+chat: a Chat Completions server; responses: a Responses server; anthropic: an Anthropic
+Messages server (Anthropic's API, llama.cpp's, vLLM's, Ollama's /v1/messages); codex: the Codex agent, driven
 through `codex app-server`; embedded: a small model the gateway runs itself (llama.cpp's
 llama-server, built once per user; backends/embedded/).
 
@@ -43,7 +44,7 @@ from codexgate.config.checks import (
 )
 from codexgate.translate.dialect import ChatDialect, DeveloperRole, ReasoningReplay, ThinkMode
 
-UpstreamKind = Literal["chat", "responses", "codex", "embedded"]
+UpstreamKind = Literal["chat", "responses", "anthropic", "codex", "embedded"]
 UPSTREAM_KINDS: tuple[str, ...] = typing.get_args(UpstreamKind)
 DEFAULT_KIND = "chat"  # an upstream that names no kind
 
@@ -114,7 +115,8 @@ class UpstreamBase(Strict):
 
 
 class HttpUpstream(UpstreamBase):
-    """What the kinds reached over HTTP (chat and responses) share: where, with which key."""
+    """What the kinds reached over HTTP (chat, responses, anthropic) share: where, with which
+    key."""
 
     required_settings = ("base_url",)
 
@@ -132,6 +134,14 @@ class HttpUpstream(UpstreamBase):
     @classmethod
     def _check_base_url(cls, value: str) -> str:
         return check_upstream_url(value)
+
+    def key_headers(self, key: str) -> dict[str, str]:
+        """The headers that carry the upstream's key (read from `api_key_env`)."""
+        return {"authorization": f"Bearer {key}"}
+
+    def kind_headers(self) -> dict[str, str]:
+        """Headers the kind sends with every request (the configured `headers` win)."""
+        return {}
 
 
 class ChatUpstream(HttpUpstream):
@@ -159,6 +169,39 @@ class ResponsesUpstream(HttpUpstream):
     # flattened, custom tools with one `input` string), hosted tools left out, as any Responses
     # server takes them; "native": as the client sent them (OpenAI, codexgate).
     tool_format: Literal["functions", "native"] = "functions"
+
+
+class AnthropicUpstream(HttpUpstream):
+    """An Anthropic Messages server: Anthropic's API, or the `/v1/messages` of llama.cpp, vLLM
+    or Ollama (no key). The gateway appends `/messages` to `base_url`."""
+
+    kind: Literal["anthropic"] = "anthropic"
+    anthropic_version: str = "2023-06-01"  # sent as `anthropic-version`
+    betas: list[str] = Field(default_factory=list)  # sent as `anthropic-beta` with every request
+    # "auto": the gateway marks cache breakpoints (translate/messages_upstream/cache.py) on
+    # requests whose client set none; "off": never.
+    prompt_cache: Literal["auto", "off"] = "auto"
+    # How `reasoning.effort` asks for thinking: "enabled" (a budget of tokens per effort),
+    # "adaptive" (the model decides, `output_config.effort` says how hard; Claude 4.6 and
+    # later), "off" (never).
+    thinking: Literal["enabled", "adaptive", "off"] = "enabled"
+
+    @field_validator("betas")
+    @classmethod
+    def _check_betas(cls, value: list[str]) -> list[str]:
+        for beta in value:
+            if not beta or "," in beta or beta.strip() != beta:
+                raise ValueError(f"a beta is one name without commas or spaces, not {beta!r}")
+        return value
+
+    def key_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def kind_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": self.anthropic_version}
+        if self.betas:
+            headers["anthropic-beta"] = ",".join(self.betas)
+        return headers
 
 
 class CodexUpstream(UpstreamBase):
@@ -193,6 +236,7 @@ class EmbeddedUpstream(UpstreamBase):
 UPSTREAM_CLASSES: Mapping[str, type[UpstreamBase]] = {
     "chat": ChatUpstream,
     "responses": ResponsesUpstream,
+    "anthropic": AnthropicUpstream,
     "codex": CodexUpstream,
     "embedded": EmbeddedUpstream,
 }
@@ -232,6 +276,7 @@ def _known_kind(value: Any) -> Any:
 UpstreamConfig: TypeAlias = Annotated[
     Annotated[ChatUpstream, Tag("chat")]
     | Annotated[ResponsesUpstream, Tag("responses")]
+    | Annotated[AnthropicUpstream, Tag("anthropic")]
     | Annotated[CodexUpstream, Tag("codex")]
     | Annotated[EmbeddedUpstream, Tag("embedded")],
     Discriminator(_kind_of),

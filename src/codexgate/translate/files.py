@@ -43,7 +43,7 @@ from codexgate.errors import Code, InvalidRequest
 if TYPE_CHECKING:
     from pypdf import PdfReader
 
-__all__ = ["MAX_FILE_BYTES", "MAX_FILE_CHARS", "MAX_PDF_PAGES", "check_file_part", "file_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_FILE_CHARS", "MAX_PDF_PAGES", "check_file_part", "file_text", "pdf_bytes"]
 
 MAX_FILE_BYTES = 10 * 1024 * 1024  # decoded bytes of one file
 MAX_PDF_PAGES = 100
@@ -122,6 +122,16 @@ def file_text(part: Mapping[str, Any], param: str) -> str:
     if not body.endswith("\n"):
         body += "\n"
     return f"{head}\n{body}--- end of {name} ---"
+
+
+def pdf_bytes(part: Mapping[str, Any], param: str) -> bytes | None:
+    """The bytes of the `input_file` part at `param` when it is a PDF, for an upstream that
+    reads PDFs itself (Anthropic's `document` blocks); None for a text file (then `file_text`).
+    Raises InvalidRequest as `file_text` does for a part it cannot decode, a binary kind, or a
+    file past MAX_FILE_BYTES."""
+    data = check_file_part(part, param)
+    media_type, _, raw = _decode(data, param)
+    return raw if _kind(media_type, part.get("filename"), raw, param) == "pdf" else None
 
 
 def _refuse(param: str, why: str, code: str = Code.UNSUPPORTED_FILE) -> NoReturn:

@@ -50,6 +50,7 @@ PROSE_PATTERNS: tuple[tuple[re.Pattern[str], type[UpstreamError]], ...] = (
     (re.compile(r"too many tokens", re.I), ContextLengthExceeded),
     (re.compile(r"input (?:is )?too long", re.I), ContextLengthExceeded),
     (re.compile(r"model .*(?:not found|does not exist)|no such model", re.I), UpstreamModelNotFound),
+    (re.compile(r"^model: \S+$"), UpstreamModelNotFound),  # Anthropic's not_found_error for a model
     # llama.cpp answers a tool shape its template cannot take with a 500: final, not retried.
     (re.compile(r"failed to parse tools|unsupported tool type", re.I), UpstreamBadRequest),
 )
@@ -134,7 +135,7 @@ def _redirected(status: int, headers: Mapping[str, str], url: str | None) -> Ups
     return UpstreamWrongURL(
         f"The upstream answered HTTP {status}{where}, a redirect{to}. codexgate does not follow "
         "redirects: set the upstream URL to the address it points to (the API base the gateway "
-        "appends /chat/completions to)."
+        "appends /chat/completions, /responses or /messages to)."
     )
 
 
@@ -177,7 +178,8 @@ def _worded(
         return UpstreamWrongURL(
             f"The upstream answered 404 Not Found{where}, with no sign of an unknown model: the "
             "upstream URL is probably wrong. It must be the API base the gateway appends "
-            f"/chat/completions to, such as http://127.0.0.1:11434/v1. Upstream said: {text[:300]}"
+            "/chat/completions (/responses, /messages) to, such as http://127.0.0.1:11434/v1. "
+            f"Upstream said: {text[:300]}"
         )
     if cls is UpstreamAuthError:
         name = f"upstream {upstream!r}" if upstream else "the upstream"

@@ -253,7 +253,9 @@ def test_embedded_settings_belong_to_embedded_upstreams() -> None:
     assert load_settings({}, environ={"CODEXGATE_LLAMA_DIR": "/x"}).llama_dir == "/x"
     with pytest.raises(ConfigError, match="model_path applies to upstreams of kind embedded"):
         load_settings({"upstreams": [{"name": "c", "base_url": "http://h/v1", "model_path": "m.gguf"}]})
-    with pytest.raises(ConfigError, match="base_url applies to upstreams of kind chat or responses"):
+    with pytest.raises(
+        ConfigError, match="base_url applies to upstreams of kind anthropic or chat or responses"
+    ):
         load_settings({"upstreams": [{"name": "e", "kind": "embedded", "base_url": "http://h/v1"}]})
 
 

@@ -80,12 +80,22 @@ class HttpCall:
 
     answer_noun: ClassVar[str] = "an answer"  # what a whole JSON body should have been
 
-    def __init__(self, backend: HttpBackend, path: str, body: Body, inbound: Inbound) -> None:
+    def __init__(
+        self,
+        backend: HttpBackend,
+        path: str,
+        body: Body,
+        inbound: Inbound,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """`headers`: this request's own, over the target's."""
         self._target = backend.target
         self._input_bytes = len(body)
         self._counts = backend.counts
         retries = inbound.max_retries
-        self._http = HttpStream(backend.transport, backend.target, path, body, backend.counts, retries)
+        self._http = HttpStream(
+            backend.transport, backend.target, path, body, backend.counts, retries, headers=headers
+        )
         self._reader: StreamReader | None = None
         self._noise_logged = False
 

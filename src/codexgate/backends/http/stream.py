@@ -23,6 +23,7 @@ from codexgate.backends.http.transport import Body, HttpRequest, Transport, Upst
 from codexgate.backends.log import clip
 from codexgate.errors import (
     Overloaded,
+    RateLimited,
     UpstreamConnectError,
     UpstreamError,
     UpstreamResponseTooLarge,
@@ -64,6 +65,9 @@ class UpstreamTarget:
     max_request_seconds: float = 3600.0
     # Seconds to the first byte (the response headers), retries included; None: idle_timeout.
     first_byte_timeout: float | None = None
+    # A 429 is waited out (its Retry-After, when within max_retry_wait and the first-byte
+    # budget) and retried before the first byte, as a 5xx is; otherwise it goes to the client.
+    retry_rate_limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +160,12 @@ class HttpStream:
         body: Body,
         counts: Counter[str] | None = None,
         max_retries: int | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """`max_retries`: fewer retries than the target's for this request (a pool's member
-        while another can answer: the pool fails over at once instead)."""
+        while another can answer: the pool fails over at once instead). `headers`: this
+        request's own, over the target's."""
         self._transport = transport
         limit = target.max_retries if max_retries is None else max_retries
         self._max_retries = min(target.max_retries, limit)
@@ -167,6 +174,7 @@ class HttpStream:
         self._target = target
         self._url = target.base_url.rstrip("/") + path
         self._body = body
+        self._headers = headers
         self._response: UpstreamResponse | None = None
         self._chunks: AsyncIterator[bytes] | None = None
         self._watchdog: _IdleWatchdog | None = None
@@ -218,6 +226,8 @@ class HttpStream:
         target = self._target
         loop = asyncio.get_running_loop()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **target.headers}
+        if self._headers:
+            headers.update(self._headers)
         watcher = scope.current().attempts  # None unless traces are on
         attempt = 0
         while True:
@@ -235,6 +245,8 @@ class HttpStream:
                 # 5xx before the first byte (503 "loading model" included) is worth a retry,
                 # unless its body says something final such as a context overflow.
                 retryable = status >= 500 and isinstance(error, (UpstreamServerError, Overloaded))
+                if status == 429 and target.retry_rate_limited and isinstance(error, RateLimited):
+                    retryable = True  # after its Retry-After (1 s when it gives none)
             except UpstreamError as exc:
                 error, retryable = exc, exc.retryable
             except BaseException:  # cancelled (the client left), or a bug: the attempt is over

@@ -1,5 +1,5 @@
-"""From an HTTP upstream's settings to its target, which the chat and responses kinds share:
-where it is, with which key and headers, within which budgets."""
+"""From an HTTP upstream's settings to its target, which the chat, responses and anthropic
+kinds share: where it is, with which key and headers, within which budgets."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ log = logging.getLogger("codexgate")
 def upstream_target(upstream: HttpUpstream, settings: Settings, environ: Mapping[str, str]) -> UpstreamTarget:
     """Where and how to reach the upstream: its key (from the variable it names) and headers,
     and its budgets, each the upstream's own or else the global one."""
-    headers = dict(upstream.headers)
+    headers = {**upstream.kind_headers(), **upstream.headers}
     if upstream.api_key_env:
         key = environ.get(upstream.api_key_env)
         if key:
-            headers.setdefault("authorization", f"Bearer {key}")
+            for name, value in upstream.key_headers(key).items():
+                headers.setdefault(name, value)
         else:
             log.warning(
                 "upstream %s: environment variable %s is not set; sending no key",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from codexgate.backends.anthropic.models import ModelFacts, model_facts
 from codexgate.backends.discovery import discover, not_found_message
 from codexgate.backends.embedded.factory import DEFAULT_CONTEXT_WINDOW, alias_of
 from codexgate.backends.embedded.fallback import FALLBACK_NOTE, embedded_upstream
@@ -30,6 +31,7 @@ from codexgate.commands.codex_setup.catalog import (
 )
 from codexgate.config import (
     API_KEYS_ENV,
+    AnthropicUpstream,
     ConfigError,
     EmbeddedUpstream,
     HttpUpstream,
@@ -40,10 +42,14 @@ from codexgate.config import (
 _PROBE_TIMEOUT = 5.0
 
 
-async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str], dict[str, ContextWindow]]:
-    """The single upstream's model list (when needed) and the context window the server reports
-    for each model asked for (vLLM /v1/models, llama.cpp /props, Ollama, LM Studio). Raises
-    ConfigError, worded by cause, when the models must come from an upstream that has none."""
+async def _learn(
+    settings: Settings, names: list[str] | None
+) -> tuple[list[str], dict[str, ContextWindow], dict[str, ModelFacts]]:
+    """The single upstream's model list (when needed), the context window the server reports
+    for each model asked for (vLLM /v1/models, llama.cpp /props, Ollama, LM Studio), and what
+    an `anthropic` upstream says of each of its models (backends/anthropic/models.py: window,
+    thinking, images). Raises ConfigError, worded by cause, when the models must come from an
+    upstream that has none."""
     upstreams = {u.name: u for u in settings.all_upstreams()}
     routed = {m.name: m for m in settings.models}
     transport = AiohttpTransport()
@@ -58,21 +64,25 @@ async def _learn(settings: Settings, names: list[str] | None) -> tuple[list[str]
             listed = listing.models
         chosen = names or list(routed) or listed
         probes = {}
+        claude = {}
         for name in chosen:
             route = routed.get(name)
-            if route is not None and route.context_window:
-                continue
             upstream = upstreams.get(route.upstream or "") if route else None
             upstream = upstream or (next(iter(upstreams.values())) if len(upstreams) == 1 else None)
             if upstream is None:
                 continue
             target = upstream_target(_reached_over_http(upstream), settings, os.environ)
             model = (route.model if route else None) or name
-            probes[name] = probe_context_window(
-                transport, target.base_url, target.headers, model, _PROBE_TIMEOUT
-            )
+            if isinstance(upstream, AnthropicUpstream):
+                claude[name] = model_facts(transport, target.base_url, target.headers, model, _PROBE_TIMEOUT)
+            elif route is None or not route.context_window:
+                probes[name] = probe_context_window(
+                    transport, target.base_url, target.headers, model, _PROBE_TIMEOUT
+                )
         found = await asyncio.gather(*probes.values())
-        return chosen, {n: w for n, w in zip(probes, found, strict=True) if w is not None}
+        facts = await asyncio.gather(*claude.values())
+        windows = {n: w for n, w in zip(probes, found, strict=True) if w is not None}
+        return chosen, windows, {n: f for n, f in zip(claude, facts, strict=True) if f is not None}
     finally:
         await transport.aclose()
 
@@ -87,12 +97,15 @@ def model_specs(settings: Settings, names: list[str] | None, default_window: int
     """Specs for the asked names, else the routed models, else the upstream's own list. A
     window given on the command line or in the config wins over the one the server reports."""
     routed = {m.name: m for m in settings.models}
-    chosen, learned = asyncio.run(_learn(settings, names))
+    chosen, learned, claude = asyncio.run(_learn(settings, names))
     specs = []
     for name in chosen:
         route = routed.get(name)
         window = (route.context_window if route else None) or default_window
         source = "configured" if window else None
+        facts = claude.get(name)
+        if facts is not None and facts.window is not None and window is None:
+            learned[name] = facts.window
         if window is None and name in learned:
             window, source = learned[name].tokens, learned[name].source
             if not learned[name].runtime:
@@ -102,8 +115,9 @@ def model_specs(settings: Settings, names: list[str] | None, default_window: int
                 slug=name,
                 context_window=window,
                 window_source=source,
-                supports_images=bool(route and route.supports_images),
-                supports_reasoning=bool(route and route.supports_reasoning),
+                supports_images=bool(route and route.supports_images) or bool(facts and facts.images),
+                supports_reasoning=bool(route and route.supports_reasoning)
+                or bool(facts and facts.reasoning),
             )
         )
     return specs

@@ -17,6 +17,7 @@ from rich.status import Status
 from codexgate.backends.discovery import discover as discover_server
 from codexgate.backends.discovery import not_found_message
 from codexgate.backends.http.transport import AiohttpTransport
+from codexgate.commands.doctor.anthropic import AnthropicDoctor
 from codexgate.commands.doctor.probe import Doctor, Report
 from codexgate.config import ConfigError, check_upstream_url
 
@@ -39,7 +40,30 @@ async def find_upstream(transport: AiohttpTransport, given: str | None, discover
     return url
 
 
+ANTHROPIC_API = "https://api.anthropic.com/v1"  # probed by --kind anthropic with no --upstream
+
+
+async def _run_anthropic(args: argparse.Namespace, console: Console) -> Report:
+    """The probes of an Anthropic Messages upstream (commands/doctor/anthropic.py)."""
+    upstream = check_upstream_url(args.upstream) if args.upstream else ANTHROPIC_API
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    transport = AiohttpTransport()
+    try:
+        doctor = AnthropicDoctor(
+            transport, upstream, key_env=args.api_key_env, key=key or None, model=args.model,
+            timeout=args.timeout, on_step=lambda name: console.print(f"probing {name} ...", style="dim"),
+        )  # fmt: skip
+        return await doctor.run()
+    finally:
+        await transport.aclose()
+
+
 async def _run(args: argparse.Namespace, console: Console) -> Report:
+    if getattr(args, "kind", "chat") == "anthropic":
+        try:
+            return await _run_anthropic(args, console)
+        except ValueError as exc:  # a URL that is not one
+            raise ConfigError(str(exc)) from None
     headers: dict[str, str] = {}
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)

@@ -1,0 +1,1 @@
+"""The anthropic kind (`kind = "anthropic"`): an Anthropic Messages server (backend.py) and its factory."""
