@@ -465,6 +465,44 @@ def test_a_messages_body_passes_through_with_its_blocks_and_betas() -> None:
     validate(body)
 
 
+def test_a_passed_through_body_leaves_out_thinking_the_gateway_signed() -> None:
+    """A Claude Code session that moved here from a chat member of its pool: that member's
+    reasoning came to the client signed `cgs1:` (the gateway's), which Anthropic would refuse;
+    inside a tool loop without signed thinking left, the request asks for none."""
+    theirs = {"type": "thinking", "thinking": "", "signature": "cgs1:cgr2:looked at the file"}
+    client = {
+        "model": "claude-code-main",
+        "max_tokens": 32000,
+        "messages": [
+            {"role": "user", "content": "Fix it"},
+            {
+                "role": "assistant",
+                "content": [
+                    theirs,
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+                ],
+            },  # fmt: skip
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
+        ],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {}}}}],
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    }
+    canonical = parse_request(request([user("Fix it")]))
+    canonical.native = NativeRequest("messages", client)
+    translated = to_messages_request(canonical, MODEL)
+    body = translated.body
+    assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
+    assert "thinking" not in body and body["context_management"] == {"edits": []}
+    assert translated.notes == ["thinking_off.unsigned_turn"]
+    assert client["messages"][1]["content"][0] is theirs  # the client's body is not changed
+    validate(body)
+    own = {"type": "thinking", "thinking": "Hm.", "signature": sign("Hm.")}
+    client["messages"][1]["content"] = [own, theirs, client["messages"][1]["content"][1]]
+    kept = to_messages_request(canonical, MODEL).body
+    assert kept["messages"][1]["content"][0] == own and "thinking" in kept
+
+
 def test_a_passed_through_body_without_cache_control_gets_the_breakpoints() -> None:
     client = {
         "model": "x",

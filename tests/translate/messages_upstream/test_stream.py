@@ -17,6 +17,7 @@ from codexgate.translate.messages_upstream.stream import MessagesStreamReader, r
 from codexgate.translate.reasoning import decode_thinking
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses import parse_request
+from codexgate.wire.responses_events import stop_sequence_of
 from tests.support.codex_requests import CODEX_TOOLS
 from tests.support.fake_messages_upstream import (
     MessageReply,
@@ -135,6 +136,13 @@ def test_each_stop_reason(stop_reason: str, terminal: str, reason: str | None) -
     details = events[-1]["response"]["incomplete_details"]
     assert (details or {}).get("reason") == reason
     assert final(events)["output"][0]["content"][0]["text"] == "Partial answer"
+
+
+def test_the_stop_sequence_the_upstream_met_rides_on_the_terminal_event() -> None:
+    """For the Messages face to answer `stop_reason: stop_sequence` with the sequence."""
+    events = read(reply(Text("one two"), stop_reason="stop_sequence", stop_sequence="THREE"))
+    assert stop_sequence_of(events[-1]) == "THREE"
+    assert stop_sequence_of(read(reply(Text("one two")))[-1]) is None
 
 
 def test_a_call_cut_by_max_tokens_is_not_run() -> None:

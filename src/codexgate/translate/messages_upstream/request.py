@@ -42,6 +42,7 @@ from codexgate.errors import InvalidRequest
 from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.messages_upstream.cache import has_cache_control, place_breakpoints
+from codexgate.translate.messages_face.thinking import SIGNATURE_PREFIX
 from codexgate.translate.messages_upstream.messages import Message, is_thinking, translate_items
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS
 from codexgate.wire.recent import SameObjects
@@ -379,4 +380,56 @@ def _pass_through(req: ResponsesRequest, upstream_model: str, options: MessagesO
     tools = request_tools(req.tools, req.input)
     given = next((v for k, v in native.headers.items() if k.lower() == "anthropic-beta"), "")
     betas = [b.strip() for b in given.split(",") if b.strip()]
-    return MessagesRequest(body, catalogue_of(tools), betas=betas)
+    translated = MessagesRequest(body, catalogue_of(tools), betas=betas)
+    _leave_out_gateway_thinking(body, translated)
+    return translated
+
+
+def _leave_out_gateway_thinking(body: dict[str, Any], translated: MessagesRequest) -> None:
+    """Thinking blocks the gateway signed (`cgs1:`: another upstream's reasoning, as the
+    Messages face gave it to the client: a conversation that moved here from a chat member of
+    the pool) are left out, since Anthropic would refuse their signature; if the tool loop the
+    request is in then lacks its thinking, the request asks for none."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    dropped = False
+    kept_messages: list[Any] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and message.get("role") == "assistant":
+            kept = [block for block in content if not _gateway_signed(block)]
+            if len(kept) < len(content):
+                dropped = True
+                # Anthropic refuses an assistant message without content.
+                message = {**message, "content": kept or [{"type": "text", "text": "(thinking left out)"}]}
+        kept_messages.append(message)
+    if not dropped:
+        return
+    body["messages"] = kept_messages
+    blocks = [_as_blocks(m) for m in kept_messages if isinstance(m, dict)]
+    if "thinking" in body and not _tool_loop_has_thinking(blocks):
+        del body["thinking"]
+        management = body.get("context_management")
+        if isinstance(management, dict) and isinstance(management.get("edits"), list):
+            # Clearing thinking needs thinking on.
+            edits = [
+                e for e in management["edits"] if not str(e.get("type", "")).startswith("clear_thinking")
+            ]
+            body["context_management"] = {**management, "edits": edits}
+        translated.notes.append("thinking_off.unsigned_turn")
+
+
+def _gateway_signed(block: Any) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "thinking"
+        and str(block.get("signature") or "").startswith(SIGNATURE_PREFIX)
+    )
+
+
+def _as_blocks(message: dict[str, Any]) -> Message:
+    """A client's message with its content as blocks (a string is one text block)."""
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return {"role": message.get("role"), "content": [b for b in blocks or () if isinstance(b, dict)]}

@@ -95,6 +95,7 @@ class MessagesStreamReader:
         self._blocks: dict[int, _Block] = {}
         self._usage: dict[str, Any] = {}  # Anthropic's, the later values over the earlier
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None  # the one the upstream says it met
 
     @property
     def done(self) -> bool:
@@ -193,6 +194,8 @@ class MessagesStreamReader:
         delta = event.get("delta")
         if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
             self._stop_reason = delta["stop_reason"]
+            sequence = delta.get("stop_sequence")
+            self._stop_sequence = sequence if isinstance(sequence, str) else None
         self._merge_usage(event.get("usage"))
 
     def _message_stop(self, event: dict[str, Any]) -> None:
@@ -202,7 +205,8 @@ class MessagesStreamReader:
             turn.usage(usage)
         reason = self._stop_reason
         finish = _FINISH.get(reason or "end_turn", "length")  # an unknown reason: never complete
-        turn.finish(finish or ("tool_calls" if turn.has_calls else "stop"))
+        stop_sequence = self._stop_sequence if reason == "stop_sequence" else None
+        turn.finish(finish or ("tool_calls" if turn.has_calls else "stop"), stop_sequence)
 
     def _error(self, event: dict[str, Any]) -> None:
         error = event.get("error")
