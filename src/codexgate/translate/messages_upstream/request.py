@@ -41,8 +41,8 @@ import orjson
 from codexgate.errors import InvalidRequest
 from codexgate.translate.catalogue import ToolCatalogue, catalogue_of, request_tools, unavailable_notice
 from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
-from codexgate.translate.messages_upstream.cache import has_cache_control, place_breakpoints
 from codexgate.translate.messages_face.thinking import SIGNATURE_PREFIX
+from codexgate.translate.messages_upstream.cache import has_cache_control, place_breakpoints
 from codexgate.translate.messages_upstream.messages import Message, is_thinking, translate_items
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS
 from codexgate.wire.recent import SameObjects
