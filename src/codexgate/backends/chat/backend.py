@@ -4,15 +4,17 @@ The request is translated to a chat body (translate/chat_upstream/request.py), s
 HTTP backend shares (backends/http/backend.py), its chunks read by the chat dialect's translator
 (translate/chat_upstream/stream.py) into the turn (translate/turn.py). What only a chat upstream needs is
 here: the context-window check before sending, the conversation memory that translates a
-re-sent history once, and the turn's chat policies (the gateway's reasoning blob, cut markers).
+re-sent history once, the turn's chat policies (the gateway's reasoning blob, cut markers), and
+the files of a request read off the event loop before it is translated (translate/files.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncGenerator, Hashable
 
-from codexgate.backends.base import UNKNOWN, Inbound
+from codexgate.backends.base import UNKNOWN, Call, Event, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import BodyParts, Transport
@@ -21,6 +23,7 @@ from codexgate.backends.server_info import ContextWindows
 from codexgate.errors import ContextLengthExceeded
 from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
+from codexgate.translate.files import FileTexts, with_files
 from codexgate.translate.history_memo import Memo
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.turn import Turn
@@ -31,29 +34,58 @@ __all__ = ["ChatBackend", "ChatCall", "OnceLog", "UpstreamTarget"]
 _MAX_BYTES_PER_TOKEN = 6
 
 
-class ChatCall(HttpCall):
-    """One request to a chat upstream, from `open()` to the last event."""
+# The chat request, its key in the conversation memory, the checkpoint it resumed from, and
+# whether it leaves one.
+_Translation = tuple[ChatRequest, Hashable, Checkpoint | None, bool]
 
-    answer_noun = "a chat completion"
 
-    def __init__(
-        self, backend: ChatBackend, req: ResponsesRequest, upstream_model: str, inbound: Inbound
-    ) -> None:
-        history = backend.history
-        key = (backend, inbound.conversation)
-        earlier = history.get(key) if history is not None and inbound.conversation else None
-        # Only a request the memory would keep leaves a checkpoint (translate/history_memo.py's
-        # minimum), from the conversation's second request on (Memo.returning).
+def _translate(
+    backend: ChatBackend,
+    req: ResponsesRequest,
+    upstream_model: str,
+    inbound: Inbound,
+    files: FileTexts | None,
+    keep: bool | None = None,
+) -> _Translation:
+    """The chat request, from the conversation's checkpoint when the memory has one. Nothing
+    is remembered here (a translation that met files not read yet is thrown away); `keep`:
+    what an earlier pass decided (None: decided here, which notes the conversation)."""
+    history = backend.history
+    key = (backend, inbound.conversation)
+    earlier = history.get(key) if history is not None and inbound.conversation else None
+    # Only a request the memory would keep leaves a checkpoint (translate/history_memo.py's
+    # minimum), from the conversation's second request on (Memo.returning).
+    if keep is None:
         keep = (
             history is not None
             and bool(inbound.conversation)
             and history.admits(inbound.body_size or None)
             and (earlier is not None or history.returning(key))
         )
-        chat = to_chat_request(
-            req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep,
-            kinds=inbound.input_kinds,
-        )  # fmt: skip
+    chat = to_chat_request(
+        req, backend.target.dialect, upstream_model, earlier, inbound.known_prefix, keep=keep,
+        kinds=inbound.input_kinds, files=files,
+    )  # fmt: skip
+    return chat, key, earlier, keep
+
+
+class ChatCall(HttpCall):
+    """One request to a chat upstream, from `open()` to the last event."""
+
+    answer_noun = "a chat completion"
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        req: ResponsesRequest,
+        upstream_model: str,
+        inbound: Inbound,
+        translated: _Translation | None = None,
+    ) -> None:
+        """`translated`: the request as `_translate` made it (None: translated here, its files
+        read where they are met)."""
+        chat, key, earlier, _ = translated or _translate(backend, req, upstream_model, inbound, None)
+        history = backend.history
         backend.warn_left_out("tool kind", chat.catalogue.skipped, "cannot run on a chat upstream")
         backend.warn_left_out("input item type", chat.dropped_items, "has no chat form")
         body = BodyParts.of(chat.pieces())
@@ -112,6 +144,45 @@ class ChatCall(HttpCall):
         self._check_fits(window)
 
 
+class _FilesFirst:  # a backends.base.Call
+    """A chat call whose request holds files not read yet: `open()` reads them in a worker
+    thread (PDF parsing is ~1 ms a page; the event loop goes on serving meanwhile), then the
+    request is translated with their text and sent as any other."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        req: ResponsesRequest,
+        upstream_model: str,
+        inbound: Inbound,
+        files: FileTexts,
+        keep: bool,
+    ) -> None:
+        self._backend, self._req, self._model, self._inbound = backend, req, upstream_model, inbound
+        self._files, self._keep = files, keep
+        self._call: ChatCall | None = None
+
+    async def open(self) -> None:
+        """Raises InvalidRequest naming a file that cannot be read, and what ChatCall.open raises."""
+        backend, req, model, inbound, files = (
+            self._backend,
+            self._req,
+            self._model,
+            self._inbound,
+            self._files,
+        )
+        translated = await with_files(
+            files, lambda: _translate(backend, req, model, inbound, files, self._keep)
+        )
+        self._call = ChatCall(backend, req, model, inbound, translated)
+        del self._req, self._files  # the request is the call's now
+        await self._call.open()
+
+    def events(self) -> AsyncGenerator[list[Event], None]:
+        assert self._call is not None, "open() first"
+        return self._call.events()
+
+
 class ChatBackend(HttpBackend):  # a backends.base.Backend
     """A chat upstream as one model route sees it (its dialect includes the route's overrides).
     Routes of one upstream share `counts` and `windows`."""
@@ -136,7 +207,12 @@ class ChatBackend(HttpBackend):  # a backends.base.Backend
         self.windows = windows
         self.history = history
 
-    def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> ChatCall:
-        """Raises InvalidRequest for input the upstream could not read. (A dialect naming an
-        unknown text tool-call format, which settings refuse, raises ValueError in open().)"""
-        return ChatCall(self, req, upstream_model, inbound)
+    def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> Call:
+        """Raises InvalidRequest for input the upstream could not read (for a file, from
+        open(): files are read there, off the event loop). (A dialect naming an unknown text
+        tool-call format, which settings refuse, raises ValueError in open().)"""
+        files = FileTexts()
+        translated = _translate(self, req, upstream_model, inbound, files)
+        if files.unread:  # the files this translation met: read at open(), then translated again
+            return _FilesFirst(self, req, upstream_model, inbound, files, keep=translated[3])
+        return ChatCall(self, req, upstream_model, inbound, translated)

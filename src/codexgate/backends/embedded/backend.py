@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from codexgate.backends.base import UNKNOWN, Event, Inbound
-from codexgate.backends.chat.backend import ChatBackend, ChatCall
+from codexgate.backends.base import UNKNOWN, Call, Event, Inbound
+from codexgate.backends.chat.backend import ChatBackend
 from codexgate.backends.embedded.supervisor import EmbeddedModelStarting, LlamaSupervisor
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
@@ -52,7 +52,7 @@ class EmbeddedCall:
         self, backend: EmbeddedBackend, req: ResponsesRequest, upstream_model: str, inbound: Inbound
     ) -> None:
         self._backend, self._req, self._model, self._inbound = backend, req, upstream_model, inbound
-        self._chat: ChatCall | None = None
+        self._chat: Call | None = None
 
     async def open(self) -> None:
         """Raises EmbeddedModelStarting (503) past the wait for the model's download or start, NoUpstream
