@@ -1,7 +1,8 @@
 """A stand-in for llama.cpp's server, for tests of the embedded model's supervision
 (backends/embedded/) that need no model: it answers `/health`, `/v1/models` and a streamed
 `/v1/chat/completions` whose text names its PID (or repeats a user message that starts with
-`echo:`), and logs its argv.
+`echo:`, or says the body's `max_tokens` or sampling when asked `max_tokens?` or `sampling?`),
+and logs its argv.
 
     fake_llama_executable(tmp_path)  -> an executable taking llama-server's flags (`llama_server`)
     fake_runtime(root)               -> a fetched runtime whose `xllamacpp` serves this stand-in,
@@ -113,6 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
             text = last.removeprefix("echo:")
         if last == "max_tokens?":  # what the gateway capped the answer at
             text = str(body.get("max_tokens"))
+        if last == "sampling?":  # the model named and the sampling the gateway applied
+            text = json.dumps({name: body.get(name) for name in ("model", "temperature", "top_p")})
         chunks = [
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
