@@ -342,3 +342,27 @@ async def test_a_routes_sampling_follows_the_model_its_embedded_upstream_runs(tm
         "qwen3-coder": SMOLLM2_SAMPLING,
         "tiny": {"model": "qwen3-0.6b-q8_0", "temperature": 0.6, "top_p": 0.95},  # Qwen3's card
     }
+
+
+async def test_a_long_prefill_on_the_embedded_model_is_logged_as_it_goes(
+    tmp_path: Path, nothing_local: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway asks the child for its prompt progress (llama.cpp's `return_progress`), read
+    in batches of 512 tokens so that it comes every few seconds; Codex's first prompt (~5k
+    tokens) takes a minute or more on a CPU before the first token."""
+    caplog.set_level("DEBUG", logger="codexgate")
+    fake_runtime(tmp_path / "llama")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        await health_when(client, serving)
+        quick = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
+        assert [m for m in caplog.messages if ": prompt " in m] == []  # under 3 s: nothing
+        slow = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "slow prefill"})
+    assert quick.status_code == slow.status_code == 200
+    assert [m for m in caplog.messages if ": prompt " in m] == [
+        "upstream embedded: prompt 1,024/5,112 tokens processed (20%), 4 s, 256 tokens/s, about 16 s to go",
+        "upstream embedded: prompt 3,072/5,112 tokens processed (60%), 12 s, 256 tokens/s, about 8 s to go",
+        "upstream embedded: prompt 5,112/5,112 tokens processed (100%) in 20 s (256 tokens/s); the answer starts",
+    ]
+    [line] = [m for m in caplog.messages if "fake llama-server argv:" in m]
+    argv = json.loads(line.split("argv:", 1)[1])
+    assert argv[argv.index("-b") + 1] == "512"
