@@ -140,6 +140,7 @@ class CodexCall:
         # Decided with every file read (in a worker thread), and taken at once: from finding
         # the thread to taking it nothing waits.
         step = await with_files(files, lambda: self._plan(threads))
+        self._files = FileTexts()  # their text is in the step now: not held for the whole answer
         await step()  # an AppServerError raised here is a GatewayError (502) naming what it said
 
     def _plan(self, threads: AgentThreads) -> Callable[[], Awaitable[None]]:
