@@ -126,14 +126,14 @@ def test_the_embedded_models_process_imports_nothing_of_the_gateway() -> None:
 
 def test_serving_loads_no_library_that_only_some_requests_need() -> None:
     """lark with regex (grammar checks), jsonschema (argument checks), rich (doctor's display)
-    and pypdf (PDF input files, some 14 MB more) are imported on first use: some 25 MB a gateway
+    and pypdfium2 (PDF input files, some 15 MB more) are imported on first use: some 25 MB a gateway
     otherwise holds from its start (bench/under_load.py: memory)."""
     import subprocess
     import sys
 
     code = (
         "import sys, codexgate.cli, codexgate.app, codexgate.server.serve\n"
-        "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich', 'pypdf')"
+        "print(','.join(m for m in ('lark', 'regex', 'jsonschema', 'referencing', 'rich', 'pypdfium2')"
         " if m in sys.modules))"
     )
     done = subprocess.run(

@@ -16,6 +16,7 @@ from codexgate.commands.doctor.command import write_settings
 from codexgate.commands.doctor.probe import Doctor, Report
 from codexgate.config import load_settings
 from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_llama_server import fake_runtime
 from tests.support.fake_messages_upstream import FakeMessagesUpstream, Text, anthropic_error, message_reply
 from tests.support.fake_upstream import (
     JSON,
@@ -27,6 +28,7 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
+from tests.support.processes import free_port
 from tests.support.servers import run_asgi_server
 
 BASE = "http://upstream.test/v1"
@@ -316,3 +318,40 @@ async def test_doctor_names_an_unknown_model_the_messages_endpoint_refuses() -> 
     fake = FakeMessagesUpstream(answer, models=[])
     checks = summaries(await anthropic_report(fake, None, None, model="qwen-nope"))
     assert checks["streaming"] == ("fail", "unknown model: qwen-nope (the server said: model: qwen-nope)")
+
+
+@pytest.fixture
+def nothing_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discovery looks at one closed port: nothing is found."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setattr("codexgate.backends.discovery.LOCAL_SERVERS", (("Test server", url),))
+
+
+def test_with_no_server_found_doctor_says_serve_would_run_the_embedded_model(
+    tmp_path: Path, nothing_local: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CODEXGATE_LLAMA_DIR", str(tmp_path / "llama"))
+    monkeypatch.delenv("CODEXGATE_EMBEDDED", raising=False)
+    assert main(["doctor", "--timeout", "2"]) == 2
+    said = capsys.readouterr().err
+    assert "no local model server found (looked at Test server http://127.0.0.1:" in said
+    assert "`codexgate serve` would answer with its embedded model instead: SmolLM2-135M (98 MB)" in said
+    assert (
+        f"fetched once per user when serve first starts it, about 130 MB, into {tmp_path / 'llama'}" in said
+    )
+    assert said.rstrip().endswith("or pass --upstream URL")
+    fake_runtime(tmp_path / "llama")
+    assert main(["doctor", "--timeout", "2"]) == 2
+    assert f"already fetched, in {tmp_path / 'llama'}" in capsys.readouterr().err
+
+
+def test_doctor_says_nothing_of_the_embedded_model_where_serve_would_not_run_it(
+    tmp_path: Path, nothing_local: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CODEXGATE_LLAMA_DIR", str(tmp_path / "llama"))
+    assert main(["doctor", "--no-discover"]) == 2
+    assert "embedded" not in capsys.readouterr().err  # no discovery, no fallback
+    monkeypatch.setenv("CODEXGATE_EMBEDDED", "false")
+    assert main(["doctor", "--timeout", "2"]) == 2
+    said = capsys.readouterr().err
+    assert "no local model server found" in said and "embedded" not in said

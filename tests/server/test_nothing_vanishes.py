@@ -4,6 +4,7 @@ the model, or the client gets a 400 naming it before the upstream is called."""
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,11 +14,12 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
+from codexgate.translate import files
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream, text_reply
 from tests.support.openresponses import schema_validator, validate_response
-from tests.support.pdfs import text_pdf
+from tests.support.pdfs import hand_made_pdf, text_pdf
 
 
 @asynccontextmanager
@@ -68,6 +70,52 @@ async def test_a_pdf_a_client_sends_reaches_the_model_as_its_text() -> None:
             "--- end of history.pdf ---",
         }
     ]
+
+
+def pdf_part(pdf: bytes, filename: str = "test.pdf") -> dict[str, Any]:
+    return {
+        "type": "input_file",
+        "filename": filename,
+        "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode(),
+    }
+
+
+async def test_the_compliance_tests_file_input_case_a_hand_made_pdf_reaches_the_model() -> None:
+    """The Open Responses compliance test `file-input` sends a one-page PDF written by hand,
+    with no cross-reference table and no `startxref`: browsers open it, so does the gateway."""
+    request = file_input_request(pdf_part(hand_made_pdf(["Signed in 1648."])))
+    schema_validator("CreateResponseBody").validate(request)
+    async with gateway([text_reply("1648")]) as (client, fake):
+        response = await client.post("/v1/responses", json=request)
+    assert response.status_code == 200, response.text
+    validate_response(response.json())
+    assert fake.requests[0].body["messages"][0]["content"] == (
+        "What year does the document name?\n"
+        "--- file: test.pdf (PDF, 1 page) ---\n[page 1]\nSigned in 1648.\n--- end of test.pdf ---"
+    )
+
+
+async def test_files_are_read_in_a_worker_thread_while_the_event_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readers: list[threading.Thread] = []
+    block = files._block
+
+    def recording(part: Any, data: str) -> str:
+        readers.append(threading.current_thread())
+        return block(part, data)
+
+    monkeypatch.setattr(files, "_block", recording)
+    pdf = pdf_part(text_pdf([["The Peace of Westphalia"]]))
+    notes = {"type": "input_file", "filename": "notes.txt", "file_data": "data:text/plain,was%20in%201648"}
+    request = file_input_request(pdf)
+    request["input"][0]["content"].append(notes)
+    async with gateway([text_reply("1648")]) as (client, fake):
+        response = await client.post("/v1/responses", json=request)
+    assert response.status_code == 200, response.text
+    content = fake.requests[0].body["messages"][0]["content"]
+    assert "[page 1]\nThe Peace of Westphalia\n" in content and "was in 1648" in content
+    assert len(readers) == 2 and threading.current_thread() not in readers  # the loop's thread read none
 
 
 @pytest.mark.parametrize(

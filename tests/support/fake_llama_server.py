@@ -1,7 +1,8 @@
 """A stand-in for llama.cpp's server, for tests of the embedded model's supervision
 (backends/embedded/) that need no model: it answers `/health`, `/v1/models` and a streamed
 `/v1/chat/completions` whose text names its PID (or repeats a user message that starts with
-`echo:`), and logs its argv.
+`echo:`, or says the body's `max_tokens` or sampling when asked `max_tokens?` or `sampling?`),
+reports its prompt progress as llama.cpp does when asked `return_progress`, and logs its argv.
 
     fake_llama_executable(tmp_path)  -> an executable taking llama-server's flags (`llama_server`)
     fake_runtime(root)               -> a fetched runtime whose `xllamacpp` serves this stand-in,
@@ -113,7 +114,10 @@ class _Handler(BaseHTTPRequestHandler):
             text = last.removeprefix("echo:")
         if last == "max_tokens?":  # what the gateway capped the answer at
             text = str(body.get("max_tokens"))
+        if last == "sampling?":  # the model named and the sampling the gateway applied
+            text = json.dumps({name: body.get(name) for name in ("model", "temperature", "top_p")})
         chunks = [
+            *_prompt_progress(body, slow=last == "slow prefill"),
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
             {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}},
@@ -130,6 +134,21 @@ class _Handler(BaseHTTPRequestHandler):
                 b"data: " + json.dumps({"object": "chat.completion.chunk", **chunk}).encode() + b"\n\n"
             )
         self.wfile.write(b"data: [DONE]\n\n")
+
+
+def _prompt_progress(body: dict[str, object], *, slow: bool) -> list[dict[str, object]]:
+    """What llama.cpp's server sends before the answer when asked `return_progress`: how far it
+    has read the prompt, after each batch, with its own clock (a 5,112-token prompt read at 256
+    tokens a second when asked `slow prefill`, else at once)."""
+    if not body.get("return_progress"):
+        return []
+    delta = {"role": "assistant", "content": None}
+    steps = [(0, 0), (1024, 4000), (2048, 8000), (3072, 12000), (4096, 16000), (5112, 20000)]
+    return [
+        {"choices": [{"index": 0, "delta": delta}],
+         "prompt_progress": {"total": 5112, "cache": 0, "processed": done, "time_ms": ms if slow else 0}}
+        for done, ms in steps
+    ]  # fmt: skip
 
 
 def serve(argv: list[str], alias: str, host: str, port: int) -> None:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import base64
+import threading
 from typing import Any
 
 import pytest
 
 from codexgate.errors import Code, InvalidRequest
 from codexgate.translate import files
-from codexgate.translate.files import MAX_FILE_BYTES, MAX_PDF_PAGES, file_text
-from tests.support.pdfs import text_pdf
+from codexgate.translate.files import MAX_FILE_BYTES, MAX_PDF_PAGES, FileTexts, file_text, with_files
+from tests.support.pdfs import encrypted_pdf, hand_made_pdf, text_pdf, updated_pdf, wrong_offsets_pdf
 
 PARAM = "input[1].content[2]"
 
@@ -52,6 +53,97 @@ def test_a_pdf_is_known_by_its_name_or_its_first_bytes_when_no_media_type_says()
     assert "(PDF, 1 page)" in file_text(part(bare, "a.PDF"), PARAM)
     assert "one page" in file_text(part(bare), PARAM)
     assert "one page" in file_text(part(data_url("application/octet-stream", pdf), "scan"), PARAM)
+
+
+def pdf_text(pdf: bytes) -> str:
+    return file_text(part(data_url("application/pdf", pdf), "a.pdf"), PARAM)
+
+
+def test_a_hand_made_pdf_with_no_cross_reference_table_is_read_as_browsers_read_it() -> None:
+    """The Open Responses compliance test `file-input` sends such a file: no xref, no startxref."""
+    pdf = hand_made_pdf(["Hello from a hand-made PDF"])
+    assert b"xref" not in pdf
+    assert pdf_text(pdf) == (
+        "--- file: a.pdf (PDF, 1 page) ---\n[page 1]\nHello from a hand-made PDF\n--- end of a.pdf ---"
+    )
+
+
+def test_a_pdf_whose_cross_reference_offsets_are_wrong_is_read() -> None:
+    text = pdf_text(wrong_offsets_pdf([["Offsets are off"], ["by seven bytes"]]))
+    assert "[page 1]\nOffsets are off\n[page 2]\nby seven bytes\n" in text
+
+
+def test_a_pdf_saved_with_an_incremental_update_reads_as_its_latest_revision() -> None:
+    text = pdf_text(updated_pdf(["The first draft"], ["The latest revision"]))
+    assert "The latest revision" in text and "first draft" not in text
+
+
+def test_a_pdf_encrypted_with_an_empty_user_password_opens_without_one() -> None:
+    assert "[page 1]\nProtected, not secret\n" in pdf_text(encrypted_pdf([["Protected, not secret"]]))
+
+
+def test_a_pdf_that_needs_a_password_is_refused_saying_it_is_encrypted() -> None:
+    error = refused(
+        part(data_url("application/pdf", encrypted_pdf([["x"]], user_password="secret")), "a.pdf")
+    )
+    assert error.code == Code.UNSUPPORTED_FILE and "encrypted PDF" in error.message
+
+
+def test_objects_without_even_a_trailer_are_not_a_pdf() -> None:
+    """Nothing names the document's catalogue: Chrome (PDFium) does not open it either."""
+    error = refused(part(data_url("application/pdf", hand_made_pdf(["x"], trailer=False)), "a.pdf"))
+    assert error.code == Code.UNSUPPORTED_FILE and "could not be read as a PDF" in error.message
+
+
+def test_file_texts_notes_a_part_it_has_not_read_and_gives_its_block_once_read() -> None:
+    pdf_part = part(data_url("application/pdf", text_pdf([["read ahead"]])), "a.pdf")
+    texts = FileTexts()
+    assert texts.text(pdf_part, PARAM) == "" and texts.unread
+    texts.read()
+    assert not texts.unread
+    assert texts.text(pdf_part, PARAM) == file_text(pdf_part, PARAM)
+    same_bytes = dict(pdf_part)  # another part (known by identity): not read yet
+    assert texts.text(same_bytes, PARAM) == "" and texts.unread
+
+
+def test_file_texts_raises_a_files_refusal_naming_the_place_it_is_asked_from() -> None:
+    broken = part(data_url("application/pdf", b"%PDF-1.4 no pdf"), "a.pdf")
+    not_base64 = part("not base64 at all!", "a.txt")
+    texts = FileTexts()
+    texts.text(broken, "input[0].content[1]"), texts.text(not_base64, "input[0].content[2]")
+    texts.read()  # refusals are kept, not raised: the translation says where the part is
+    for file_part, param in ((broken, "input[3].output[0]"), (not_base64, "input[3].output[0].file_data")):
+        with pytest.raises(InvalidRequest) as info:
+            texts.text(file_part, "input[3].output[0]")
+        assert info.value.param == param and info.value.code == Code.UNSUPPORTED_FILE
+    with pytest.raises(InvalidRequest) as info:  # what needs no reading is refused at once
+        FileTexts().text(part(file_id="file-1"), PARAM)
+    assert info.value.param == PARAM
+
+
+async def test_with_files_reads_in_a_worker_thread_and_translates_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readers: list[threading.Thread] = []
+    block = files._block
+
+    def recording(file_part: Any, data: str) -> str:
+        readers.append(threading.current_thread())
+        return block(file_part, data)
+
+    monkeypatch.setattr(files, "_block", recording)
+    pdf_part = part(data_url("application/pdf", text_pdf([["off the loop"]])), "a.pdf")
+    texts = FileTexts()
+    passes: list[str] = []
+
+    def translate() -> str:
+        passes.append(texts.text(pdf_part, PARAM))
+        return passes[-1]
+
+    assert "off the loop" in await with_files(texts, translate)
+    assert passes[0] == "" and len(passes) == 2
+    assert readers and all(reader is not threading.main_thread() for reader in readers)
+    assert await with_files(texts, translate) == passes[-1] and len(passes) == 3  # nothing left to read
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from typing import Any
 
 from codexgate.errors import InvalidRequest
 from codexgate.translate.chat_upstream.items import is_opaque
-from codexgate.translate.files import check_file_part, file_text
+from codexgate.translate.files import FileTexts, check_file_part, file_text
 
 __all__ = [
     "TEXT_PARTS",
@@ -45,11 +45,13 @@ _NO_CHAT_FORM = {
 }
 
 
-def chat_content(parts: list[Any], param: str, *, images: bool) -> tuple[str, list[dict[str, Any]]]:
+def chat_content(
+    parts: list[Any], param: str, *, images: bool, files: FileTexts | None = None
+) -> tuple[str, list[dict[str, Any]]]:
     """The text of a content array (joined by newlines) and its images in chat form.
     `param` names the array (`input[3].content`); `images`: whether images may be in it (a
-    chat upstream takes them from users only). Raises InvalidRequest naming the part for one
-    that cannot be carried."""
+    chat upstream takes them from users only); `files`: the files read ahead (None: read here).
+    Raises InvalidRequest naming the part for one that cannot be carried."""
     texts: list[str] = []
     found: list[dict[str, Any]] = []
     for index, part in enumerate(parts):
@@ -58,7 +60,7 @@ def chat_content(parts: list[Any], param: str, *, images: bool) -> tuple[str, li
         if kind == "input_image":
             found.append(_image(part))
         elif kind == "input_file":
-            texts.append(file_text(part, part_param))
+            texts.append(file_text(part, part_param) if files is None else files.text(part, part_param))
         else:
             texts.append(part[_TEXT_FIELDS.get(kind, "text")])
     return "\n".join(texts), found

@@ -9,10 +9,12 @@ are on events under a deadline."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shlex
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from codexgate.backends.codex.backend import CodexBackend, CodexTarget
 from codexgate.config import load_settings
 from codexgate.errors import Code
 from codexgate.server.app import GatewayApp
+from codexgate.translate import files
 from codexgate.wire.app_server import (
     COMMAND_APPROVAL,
     FILE_CHANGE_APPROVAL,
@@ -43,6 +46,7 @@ from codexgate.wire.responses import parse_request
 from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport, asgi_lifespan
 from tests.support.openresponses import validate_stream
+from tests.support.pdfs import text_pdf
 from tests.support.processes import wait_for_exit
 from tests.support.tools import the_tool_call, with_tool_result
 
@@ -311,6 +315,46 @@ async def test_a_client_that_moves_on_without_a_result_does_not_leave_the_turn_w
         [reply] = [r for r in (await gw.fake("state"))["replies"] if r["method"] == TOOL_CALL]
         assert reply["result"]["success"] is False
         assert len(await gw.received("thread/start")) == 1
+
+
+def pdf_part(text: str) -> JSON:
+    data = base64.b64encode(text_pdf([[text]])).decode()
+    return {"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{data}"}
+
+
+async def test_files_in_a_tool_result_and_a_message_reach_codex_read_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result holding a PDF answers the waiting call, and a message that is only a PDF is the
+    next turn of the same thread: each file read once, in a worker thread, then the request is
+    translated."""
+    read: list[tuple[threading.Thread, str]] = []
+    block = files._block
+
+    def recording(part: Any, data: str) -> str:
+        text = block(part, data)
+        read.append((threading.current_thread(), text.splitlines()[2]))
+        return text
+
+    monkeypatch.setattr(files, "_block", recording)
+    async with gateway(tmp_path) as gw:
+        ask = user("weather, please")
+        events = await responses_stream(gw.http, {"input": ask, "tools": [WEATHER]})
+        output = events[-1]["response"]["output"]
+        result = {"type": "function_call_output", "call_id": "call_w1", "output": [pdf_part("Sunny in Oslo")]}
+        events = await responses_stream(gw.http, {"input": [*ask, *output, result], "tools": [WEATHER]})
+        history = [*ask, *output, result, *events[-1]["response"]["output"]]
+        file_only = {"role": "user", "content": [pdf_part("A second file")]}
+        events = await responses_stream(gw.http, {"input": [*history, file_only], "tools": [WEATHER]})
+        assert events[-1]["type"] == "response.completed"
+        [reply] = [r for r in (await gw.fake("state"))["replies"] if r["method"] == TOOL_CALL]
+        turns = await gw.received("turn/start")
+        assert len(await gw.received("thread/start")) == 1
+    [answer] = reply["result"]["contentItems"]
+    assert "[page 1]\nSunny in Oslo\n" in answer["text"]
+    assert "[page 1]\nA second file\n" in turns[-1]["input"][0]["text"]
+    assert [text for _, text in read] == ["Sunny in Oslo", "A second file"]
+    assert threading.current_thread() not in [reader for reader, _ in read]
 
 
 async def test_a_result_that_came_too_late_is_refused_naming_the_call(tmp_path: Path) -> None:

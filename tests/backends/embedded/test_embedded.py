@@ -301,3 +301,70 @@ async def test_the_tiny_models_answers_are_capped_unless_the_client_says(
         )
     assert capped.json()["output"][0]["content"][0]["text"] == "1024"
     assert asked.json()["output"][0]["content"][0]["text"] == "50"
+
+
+SMOLLM2_SAMPLING = {"model": "smollm2-135m", "temperature": 0.2, "top_p": 0.9}  # its card's values
+
+
+async def test_sampling_follows_the_model_the_embedded_child_runs_not_the_name_asked_for(
+    tmp_path: Path, nothing_local: int
+) -> None:
+    """The README's `qwen3-coder` once got Qwen's sampling applied to SmolLM2, and `x` none."""
+    fake_runtime(tmp_path / "llama")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        await health_when(client, serving)
+        said = {}
+        for name in ("qwen3-coder", "x", "smollm2-135m"):
+            response = await client.post("/v1/responses", json={"model": name, "input": "sampling?"})
+            assert response.json()["model"] == name  # the answer keeps the client's name
+            said[name] = json.loads(response.json()["output"][0]["content"][0]["text"])
+    assert said == dict.fromkeys(("qwen3-coder", "x", "smollm2-135m"), SMOLLM2_SAMPLING)
+
+
+async def test_a_routes_sampling_follows_the_model_its_embedded_upstream_runs(tmp_path: Path) -> None:
+    """A route named `qwen3-coder` on the default model gets SmolLM2's; a route named `tiny` on
+    one's own Qwen3 GGUF gets Qwen3's (the family is in the file's name, the model's id)."""
+    gguf = tmp_path / "Qwen3-0.6B-Q8_0.gguf"
+    gguf.write_text("not a real gguf")
+    flags = {
+        "discover": False,
+        "llama_server": str(fake_llama_executable(tmp_path)),
+        "llama_dir": str(tmp_path / "llama"),
+        "upstreams": [{"name": "small", "kind": "embedded"},
+                      {"name": "own", "kind": "embedded", "model_path": str(gguf)}],
+        "models": [{"name": "qwen3-coder", "upstream": "small"}, {"name": "tiny", "upstream": "own"}],
+    }  # fmt: skip
+    async with gateway(flags) as client:
+        said = {}
+        for name in ("qwen3-coder", "tiny"):
+            response = await client.post("/v1/responses", json={"model": name, "input": "sampling?"})
+            assert response.status_code == 200, response.text
+            said[name] = json.loads(response.json()["output"][0]["content"][0]["text"])
+    assert said == {
+        "qwen3-coder": SMOLLM2_SAMPLING,
+        "tiny": {"model": "qwen3-0.6b-q8_0", "temperature": 0.6, "top_p": 0.95},  # Qwen3's card
+    }
+
+
+async def test_a_long_prefill_on_the_embedded_model_is_logged_as_it_goes(
+    tmp_path: Path, nothing_local: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway asks the child for its prompt progress (llama.cpp's `return_progress`), read
+    in batches of 512 tokens so that it comes every few seconds; Codex's first prompt (~5k
+    tokens) takes a minute or more on a CPU before the first token."""
+    caplog.set_level("DEBUG", logger="codexgate")
+    fake_runtime(tmp_path / "llama")
+    async with gateway({"llama_dir": str(tmp_path / "llama")}) as client:
+        await health_when(client, serving)
+        quick = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "hi"})
+        assert [m for m in caplog.messages if ": prompt " in m] == []  # under 3 s: nothing
+        slow = await client.post("/v1/responses", json={"model": "smollm2-135m", "input": "slow prefill"})
+    assert quick.status_code == slow.status_code == 200
+    assert [m for m in caplog.messages if ": prompt " in m] == [
+        "upstream embedded: prompt 1,024/5,112 tokens processed (20%), 4 s, 256 tokens/s, about 16 s to go",
+        "upstream embedded: prompt 3,072/5,112 tokens processed (60%), 12 s, 256 tokens/s, about 8 s to go",
+        "upstream embedded: prompt 5,112/5,112 tokens processed (100%) in 20 s (256 tokens/s); the answer starts",
+    ]
+    [line] = [m for m in caplog.messages if "fake llama-server argv:" in m]
+    argv = json.loads(line.split("argv:", 1)[1])
+    assert argv[argv.index("-b") + 1] == "512"

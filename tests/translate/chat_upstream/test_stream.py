@@ -17,7 +17,7 @@ from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import HttpRequest
 from codexgate.errors import GatewayError, UpstreamStreamCut
 from codexgate.translate.catalogue import catalogue_of
-from codexgate.translate.chat_upstream.stream import ChatStreamTranslator
+from codexgate.translate.chat_upstream.stream import ChatStreamTranslator, PromptProgress
 from codexgate.translate.chat_upstream.tools import chat_tools
 from codexgate.translate.cuts import cut_ids
 from codexgate.translate.dialect import ChatDialect
@@ -882,6 +882,30 @@ def _chat_usage(u: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens_details": {"cached_tokens": u["input_tokens_details"]["cached_tokens"]},
         "completion_tokens_details": {"reasoning_tokens": u["output_tokens_details"]["reasoning_tokens"]},
     }
+
+
+def test_the_servers_prompt_progress_is_kept_and_changes_no_event() -> None:
+    """llama.cpp's `prompt_progress` chunks (an empty delta) while it reads the prompt."""
+    reading = {"role": "assistant", "content": None}
+    translator = make_translator()
+    events = translate_chunks(
+        [chunk(reading, prompt_progress={"total": 1024, "cache": 256, "processed": 256, "time_ms": 0}),
+         chunk(reading, prompt_progress={"total": 1024, "cache": 256, "processed": 768, "time_ms": 2500}),
+         chunk({"content": "hi"}), chunk(finish="stop")],
+        translator,
+    )  # fmt: skip
+    assert translator.take_prompt_progress() == [
+        PromptProgress(256, 1024, 256, 0.0),
+        PromptProgress(768, 1024, 256, 2.5),
+    ]
+    assert translator.take_prompt_progress() == []
+    plain = translate_chunks([chunk({"content": "hi"}), chunk(finish="stop")])
+    assert message_text(events) == message_text(plain) == "hi"
+    assert [e["type"] for e in events] == [e["type"] for e in plain]
+    for bad in ({"total": 0, "processed": 0}, {"total": 9, "processed": "1"}, "half", None):
+        unread = make_translator()
+        translate_chunks([chunk(reading, prompt_progress=bad)], unread)
+        assert unread.take_prompt_progress() == []
 
 
 # -- the same fixtures through the real backend loop (ChatCall._translate)

@@ -1,15 +1,23 @@
-"""Default sampling: a model family's published values fill in what the client left out."""
+"""Default sampling: a model family's published values fill in what the client left out, the
+family being the model the upstream runs (the route's `model`; the embedded model's own, in
+tests/backends/embedded/)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
+from codexgate.app import build_app
+from codexgate.config import load_settings
 from codexgate.translate.chat_upstream.request import to_chat_request
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.open_models.sampling import family_sampling, recommended_sampling, turn_token_cap
 from codexgate.wire.responses import parse_request
+from tests.support.asgi_client import StreamingASGITransport
+from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.fake_upstream import FakeUpstream, text_reply
 
 
 def body(model: str, dialect: ChatDialect | None = None, **fields: Any) -> dict[str, Any]:
@@ -63,3 +71,19 @@ def test_doctor_recommendations_name_extra_keys_as_each_server_does() -> None:
 
 def test_turn_cap_is_a_quarter_of_the_window_within_bounds() -> None:
     assert [turn_token_cap(w) for w in (None, 2048, 32768, 262144)] == [8192, 1024, 8192, 16384]
+
+
+async def test_a_routes_sampling_follows_the_upstream_model_it_names_not_the_route_name() -> None:
+    """`qwen3-coder` routed to an upstream's SmolLM2 is sent as SmolLM2, with SmolLM2's values."""
+    fake = FakeUpstream([text_reply("ok")])
+    flags = {
+        "discover": False,
+        "upstreams": [{"name": "local", "base_url": "http://upstream.test/v1"}],
+        "models": [{"name": "qwen3-coder", "upstream": "local", "model": "smollm2-135m"}],
+    }
+    app = build_app(load_settings(flags, environ={}), transport=ASGIUpstreamTransport(fake), environ={})
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://gw") as client:
+        response = await client.post("/v1/responses", json={"model": "qwen3-coder", "input": "hi"})
+    assert response.status_code == 200, response.text
+    sent = fake.requests[0].body
+    assert (sent["model"], sent["temperature"], sent["top_p"]) == ("smollm2-135m", 0.2, 0.9)

@@ -18,10 +18,11 @@ configured policy, and every other server request is answered too: none is left 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -48,6 +49,7 @@ from codexgate.translate.codex_agent.request import (
     tool_result,
 )
 from codexgate.translate.dialect import ThinkMode
+from codexgate.translate.files import FileTexts, with_files
 from codexgate.translate.turn import Turn
 from codexgate.wire.app_server import (
     COMMAND_APPROVAL,
@@ -59,6 +61,7 @@ from codexgate.wire.app_server import (
     TURN_COMPLETED,
     TURN_START,
     ApprovalPolicy,
+    DynamicToolCallResult,
     ModelListResult,
     SandboxMode,
     ServerRequest,
@@ -69,7 +72,7 @@ from codexgate.wire.app_server import (
     UserInput,
     text_output,
 )
-from codexgate.wire.responses import ResponsesRequest
+from codexgate.wire.responses import Item, ResponsesRequest
 from codexgate.wire.responses_events import Event
 
 __all__ = ["CodexBackend", "CodexCall", "CodexTarget"]
@@ -104,6 +107,10 @@ class CodexTarget:
     extra_args: tuple[str, ...] = ()  # more `codex app-server` arguments (`-c key=value`)
 
 
+async def _nothing() -> None:
+    """The step of a plan made before its files were read (it is made again once they are)."""
+
+
 class CodexCall:
     """One request to the Codex agent, from `open()` to the last event."""
 
@@ -112,7 +119,10 @@ class CodexCall:
         self._req = req
         self._model = model
         self._inbound = inbound
-        self._ask: AgentAsk = read_agent_ask(req, model)  # refuses what Codex cannot be given
+        # The request's files, read off the event loop at open() (those of its instructions
+        # noted here already): the translation asks it for their text.
+        self._files = FileTexts()
+        self._ask: AgentAsk = read_agent_ask(req, model, self._files)  # refuses what Codex cannot be given
         self._thread: AgentThread | None = None
         self._turn: Turn | None = None
         self._reader: AgentReader | None = None
@@ -120,26 +130,45 @@ class CodexCall:
 
     async def open(self) -> None:
         """Start or continue the Codex turn. Raises GatewayError before anything is streamed:
-        the app-server cannot start, a tool result came too late, Codex refused the turn."""
-        backend = self._backend
+        the app-server cannot start, a file cannot be read, a tool result came too late, Codex
+        refused the turn."""
+        backend, files = self._backend, self._files
         threads = await backend.ready()
-        ask, items, caller = self._ask, self._req.input, self._inbound.caller
+        req, model = self._req, self._model
+        if files.unread:  # files among the leading instructions: they make the thread's root
+            self._ask = await with_files(files, lambda: read_agent_ask(req, model, files))
+        # Decided with every file read (in a worker thread), and taken at once: from finding
+        # the thread to taking it nothing waits.
+        step = await with_files(files, lambda: self._plan(threads))
+        self._files = FileTexts()  # their text is in the step now: not held for the whole answer
+        await step()  # an AppServerError raised here is a GatewayError (502) naming what it said
+
+    def _plan(self, threads: AgentThreads) -> Callable[[], Awaitable[None]]:
+        """What the request does, decided without waiting: continue the thread it finds, with
+        answers for its waiting calls and maybe input, or start a new one. Raises
+        InvalidRequest for a file that cannot be read, a tool result that came too late."""
+        ask, items, caller, files = self._ask, self._req.input, self._inbound.caller, self._files
         found = threads.find(caller, ask.chain)
-        # An AppServerError raised here is a GatewayError (502) naming what the app-server said.
         if found is not None:
             thread, known = found
-            asked = follow_up(items[known:], thread.pending, known)
+            asked = follow_up(items[known:], thread.pending, known, files)
+            if files.unread:  # what the new items ask depends on their files' text: read them first
+                return _nothing
             if asked is not None:
-                await self._continue(thread, asked.results, asked.turn, asked.where)
-                return
+                # Read first: a file that cannot be read is a 400 that leaves the thread as it was.
+                answers = {
+                    call_id: tool_result(item, asked.where.get(call_id, "output"), files)
+                    for call_id, item in asked.results.items()
+                }
+                return functools.partial(self._continue, thread, answers, asked.turn)
         threads.refuse_expired(caller, items)
-        await self._start(threads)
+        history, turn_input = opening(ask, items, files)
+        return functools.partial(self._start, threads, history, turn_input)
 
-    async def _start(self, threads: AgentThreads) -> None:
+    async def _start(self, threads: AgentThreads, history: list[Item], turn_input: list[UserInput]) -> None:
         """A new thread for the whole request: started, seeded with its history, turn begun."""
         backend, req, ask = self._backend, self._req, self._ask
         target = backend.target
-        history, turn_input = opening(ask, req.input)
         params: ThreadStartParams = {
             "model": self._model,
             "cwd": target.workdir,
@@ -163,18 +192,9 @@ class CodexCall:
         self._ready(thread)
 
     async def _continue(
-        self,
-        thread: AgentThread,
-        results: Mapping[str, Any],
-        turn_input: list[UserInput],
-        where: Mapping[str, str],
+        self, thread: AgentThread, answers: Mapping[str, DynamicToolCallResult], turn_input: list[UserInput]
     ) -> None:
-        """The request continues `thread`: results for its waiting calls, then maybe input.
-        `where`: each result's place in the request, for errors."""
-        # Read first: a file that cannot be read is a 400 that leaves the thread as it was.
-        answers = {
-            call_id: tool_result(item, where.get(call_id, "output")) for call_id, item in results.items()
-        }
+        """The request continues `thread`: answers to its waiting calls, then maybe input."""
         thread.busy = True
         try:
             for call_id, answer in answers.items():

@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from codexgate.backends.base import UNKNOWN, Event, Inbound
-from codexgate.backends.chat.backend import ChatBackend, ChatCall
+from codexgate.backends.base import UNKNOWN, Call, Event, Inbound
+from codexgate.backends.chat.backend import ChatBackend
 from codexgate.backends.embedded.supervisor import EmbeddedModelStarting, LlamaSupervisor
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import Transport
@@ -46,19 +46,21 @@ class _Windows:
 
 
 class EmbeddedCall:
-    """One request to the embedded model: wait for the child, then an ordinary chat call."""
+    """One request to the embedded model: wait for the child, then an ordinary chat call for
+    the model the child serves, whatever name the client asked for (`model: "qwen3-coder"` is
+    still SmolLM2): the chat body names it, and its family's sampling is the one applied
+    (translate/open_models/sampling.py). The answer keeps the client's name."""
 
-    def __init__(
-        self, backend: EmbeddedBackend, req: ResponsesRequest, upstream_model: str, inbound: Inbound
-    ) -> None:
-        self._backend, self._req, self._model, self._inbound = backend, req, upstream_model, inbound
-        self._chat: ChatCall | None = None
+    def __init__(self, backend: EmbeddedBackend, req: ResponsesRequest, inbound: Inbound) -> None:
+        self._backend, self._req, self._inbound = backend, req, inbound
+        self._chat: Call | None = None
 
     async def open(self) -> None:
         """Raises EmbeddedModelStarting (503) past the wait for the model's download or start, NoUpstream
         when it cannot run, and what a chat call raises."""
-        base_url = await self._backend.supervisor.wait_serving(START_WAIT_SECONDS)
-        self._chat = self._backend.chat_for(base_url).call(self._req, self._model, self._inbound)
+        supervisor = self._backend.supervisor
+        base_url = await supervisor.wait_serving(START_WAIT_SECONDS)
+        self._chat = self._backend.chat_for(base_url).call(self._req, supervisor.options.alias, self._inbound)
         await self._chat.open()
 
     def events(self) -> AsyncGenerator[list[Event], None]:
@@ -127,7 +129,9 @@ class EmbeddedBackend:  # a backends.base.Backend
         return chat
 
     def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> EmbeddedCall:
-        return EmbeddedCall(self, req, upstream_model, inbound)
+        """`upstream_model` (the route's model, or the client's name) is not what runs: the
+        child serves one model, its alias (EmbeddedCall)."""
+        return EmbeddedCall(self, req, inbound)
 
     async def model_ids(self) -> list[str]:
         return [self.supervisor.options.alias]

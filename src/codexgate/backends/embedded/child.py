@@ -36,6 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("-c", "--ctx-size", type=int, default=4096)
     parser.add_argument("-np", "--parallel", type=int, default=1)
+    parser.add_argument("-b", "--batch-size", type=int, default=None)
     parser.add_argument("-t", "--threads", type=int, default=None)
     parser.add_argument("--jinja", action="store_true", help="accepted; chat templates are always jinja")
     parser.add_argument("--no-webui", action="store_true")
@@ -61,6 +62,8 @@ def main(argv: list[str]) -> None:
     params.port = args.port
     params.n_ctx = args.ctx_size
     params.n_parallel = args.parallel
+    if args.batch_size:
+        params.n_batch = args.batch_size
     if args.threads:
         params.cpuparams.n_threads = args.threads
         params.cpuparams_batch.n_threads = args.threads

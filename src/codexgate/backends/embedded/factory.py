@@ -51,8 +51,10 @@ def build_embedded(upstream: EmbeddedUpstream, building: Building) -> EmbeddedBa
     dialect = upstream.dialect()
     # A tiny model easily repeats itself until its window is full: minutes on 2 cores for a
     # newcomer's first "hello". Its answers are capped unless the client (max_output_tokens)
-    # or the config (extra_body) says otherwise; a capped answer ends `incomplete`.
-    extra = {"max_tokens": DEFAULT_MAX_TOKENS, **dialect.extra_body}
+    # or the config (extra_body) says otherwise; a capped answer ends `incomplete`. And it
+    # reports how far it has read a long prompt (`prompt_progress` chunks: Codex's first
+    # prompt takes a minute or more on a CPU), which the chat backend logs.
+    extra = {"max_tokens": DEFAULT_MAX_TOKENS, "return_progress": True, **dialect.extra_body}
     template = UpstreamTarget(
         name=upstream.name,
         base_url="http://127.0.0.1:0/v1",  # the child's port is chosen when it starts

@@ -50,6 +50,10 @@ _STOP_GRACE = 5.0
 _HEALTH_POLL = 0.1
 _CRASH_WINDOW = 60.0
 CHILD_MODULE = "codexgate.backends.embedded.child"
+# Tokens of the prompt read in one batch (llama-server's -b; its default is 2048): the server
+# reports its progress after each, so a CPU's minute-long prefill is reported every few seconds.
+# 512 is its physical batch (-ub) anyway: the work done, and its speed, are the same.
+PROMPT_BATCH = 512
 _UNSUPPORTED = (
     "Point codexgate at a model server with --upstream URL (Ollama, llama.cpp, vLLM...), or set "
     "llama_server to a llama-server built for this machine."
@@ -251,7 +255,7 @@ class LlamaSupervisor:
         argv = [
             *launch.command, "-m", str(launch.model), "--alias", options.alias,
             "--host", "127.0.0.1", "--port", str(port), "-c", str(options.context_window),
-            "-np", "1", "--jinja", "--no-webui",
+            "-np", "1", "--jinja", "--no-webui", "-b", str(PROMPT_BATCH),
         ]  # fmt: skip
         if options.threads:
             argv += ["-t", str(options.threads)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from codexgate.backends import discovery
 from codexgate.backends.discovery import discover as discover_server
 from codexgate.backends.discovery import not_found_message
+from codexgate.backends.embedded.runtime import find_runtime, llama_root
 from codexgate.backends.http.transport import AiohttpTransport
 from codexgate.commands.doctor.anthropic import AnthropicDoctor
 from codexgate.commands.doctor.probe import Doctor, Report
-from codexgate.config import ConfigError, check_upstream_url
+from codexgate.config import ConfigError, check_upstream_url, load_settings
 
 _MARKS = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "fail": "[red]✗[/]", "skip": "[dim]-[/]"}
 
@@ -34,7 +37,7 @@ async def find_upstream(transport: AiohttpTransport, given: str | None, discover
             raise ConfigError(str(exc)) from None
     found = await discover_server(transport) if discover else None
     if found is None:
-        raise ConfigError(not_found_message(discover))
+        raise ConfigError(nothing_found(discover))
     name, url = found
     print(f"found {name} at {url}")
     return url
@@ -56,6 +59,34 @@ async def _run_anthropic(args: argparse.Namespace, console: Console) -> Report:
         return await doctor.run()
     finally:
         await transport.aclose()
+
+
+def nothing_found(discover: bool, environ: Mapping[str, str] | None = None) -> str:
+    """What to say when there is no server to probe: and that `serve` would answer with the
+    embedded model instead (unless the environment or its config file turns it off), how big
+    it is and whether it is fetched yet."""
+    environ = os.environ if environ is None else environ
+    try:
+        settings = load_settings({"discover": discover}, environ=environ)
+    except ConfigError:  # serve would say what is wrong; here, what it would do by default
+        embedded, llama_dir = True, None
+    else:
+        embedded, llama_dir = settings.embedded, settings.llama_dir
+    if not discover or not embedded:
+        return not_found_message(discover)
+    root = llama_root(environ, llama_dir)
+    fetched = (
+        f"already fetched, in {root}"
+        if find_runtime(root) is not None
+        else f"fetched once per user when serve first starts it, about 130 MB, into {root}"
+    )
+    looked = ", ".join(f"{name} {url}" for name, url in discovery.LOCAL_SERVERS)
+    return (
+        f"no upstream given and no local model server found (looked at {looked}). `codexgate serve` "
+        "would answer with its embedded model instead: SmolLM2-135M (98 MB), a tiny model for trying "
+        f"codexgate that does not call tools reliably, run by llama.cpp's server ({fetched}). doctor "
+        "probes model servers: start one (Ollama, llama.cpp, vLLM, LM Studio...) or pass --upstream URL"
+    )
 
 
 async def _run(args: argparse.Namespace, console: Console) -> Report:

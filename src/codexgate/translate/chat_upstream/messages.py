@@ -32,6 +32,7 @@ from codexgate.translate.chat_upstream.items import (
 )
 from codexgate.translate.cuts import cut_ids, is_cut
 from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.files import FileTexts
 from codexgate.translate.parts import chat_content, plain_texts, text_of_parts
 from codexgate.translate.reasoning import decode_reasoning
 from codexgate.wire.responses import Item
@@ -45,34 +46,38 @@ LATE_DEVELOPER_PREFIX = "[Developer instructions]\n"
 MISSING_OUTPUT = "No output was recorded for this tool call."
 
 
-def _plain_text(content: Any, param: Callable[[], str]) -> str:
+def _plain_text(content: Any, param: Callable[[], str], files: FileTexts | None) -> str:
     """A message's text: content is a string or an array of parts (validated on input).
-    `param()` names the content, for errors. Raises InvalidRequest for a part with no text
-    form (translate/parts.py)."""
+    `param()` names the content, for errors; `files`: its files read ahead (None: read here).
+    Raises InvalidRequest for a part with no text form (translate/parts.py)."""
     if isinstance(content, str):
         return content
     text = plain_texts(content)
-    return text if text is not None else chat_content(content, param(), images=False)[0]
+    return text if text is not None else chat_content(content, param(), images=False, files=files)[0]
 
 
-def _user_content(content: Any, param: Callable[[], str]) -> str | list[dict[str, Any]]:
+def _user_content(
+    content: Any, param: Callable[[], str], files: FileTexts | None
+) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     text = plain_texts(content)
     if text is not None:
         return text
-    text, images = chat_content(content, param(), images=True)
+    text, images = chat_content(content, param(), images=True, files=files)
     if not images:
         return text
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     return parts + images
 
 
-def _output_text(output: Any, param: Callable[[], str]) -> tuple[str, list[dict[str, Any]]]:
+def _output_text(
+    output: Any, param: Callable[[], str], files: FileTexts | None
+) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(output, str):
         return output, []
     text = plain_texts(output)
-    return (text, []) if text is not None else chat_content(output, param(), images=True)
+    return (text, []) if text is not None else chat_content(output, param(), images=True, files=files)
 
 
 class _Builder:
@@ -129,8 +134,9 @@ class _Builder:
         self.seen_conversation = True
         self.messages.append(message)
 
-    def message(self, item: Item, index: int) -> None:
-        """`index`: where the item is in the request's input, for errors."""
+    def message(self, item: Item, index: int, files: FileTexts | None = None) -> None:
+        """`index`: where the item is in the request's input, for errors; `files`: the
+        request's files read ahead (None: read here)."""
         role = item.get("role")
         content = item.get("content")
 
@@ -139,17 +145,17 @@ class _Builder:
 
         if role in ("developer", "system"):
             if self.dialect.developer_role == "developer" and role == "developer":
-                self.push({"role": "developer", "content": _plain_text(content, content_param)})
+                self.push({"role": "developer", "content": _plain_text(content, content_param, files)})
                 return
-            self.system_text(_plain_text(content, content_param))
+            self.system_text(_plain_text(content, content_param, files))
         elif role == "assistant":
-            text = _plain_text(content, content_param)
+            text = _plain_text(content, content_param, files)
             message: Message = {"role": "assistant", "content": self.take_notes(text)}
             self.push(message)
             self.attach_reasoning(message)
             self.open_assistant, self.open_pos = message, len(self.messages) - 1
         else:
-            self.push({"role": "user", "content": _user_content(content, content_param)})
+            self.push({"role": "user", "content": _user_content(content, content_param, files)})
 
     # -- reasoning
     def reasoning(self, item: Item) -> None:
@@ -201,10 +207,14 @@ class _Builder:
         if self.pending_notes:
             self.push({"role": "assistant", "content": self.take_notes(None)})
 
-    def output(self, call_id: str, output: Any, index: int | None = None) -> None:
-        """`index`: where the output is in the request's input, for errors."""
+    def output(
+        self, call_id: str, output: Any, index: int | None = None, files: FileTexts | None = None
+    ) -> None:
+        """`index`: where the output is in the request's input, for errors; `files` as for
+        `message`."""
         self.flush_notes()
-        text, images = _output_text(output, lambda: "" if index is None else f"input[{index}].output")
+        where = (lambda: "") if index is None else (lambda: f"input[{index}].output")
+        text, images = _output_text(output, where, files)
         if not self.call_is_open(call_id):
             # An output whose call is not in the history (dropped or never sent): chat APIs
             # reject an orphan tool message, so keep the content as a user message.
@@ -305,11 +315,13 @@ def translate_input(
     known: tuple[list[Item], int] | None = None,
     *,
     keep: bool = True,
+    files: FileTexts | None = None,
 ) -> Translated:
     """The chat messages for a request's instructions and input. `earlier`: the History of an
     earlier request of the same conversation, translated with the same dialect; the result is
     the same with or without it; `known` says what is known of the items (History.resume).
-    `keep`: make the History (False: the caller will not remember it).
+    `keep`: make the History (False: the caller will not remember it). `files`: the files
+    read ahead (translate/files.py FileTexts; None: read here).
     Raises InvalidRequest for an item the upstream could not read (see translate/chat_upstream/items.py)."""
     resumed = earlier.resume(items, instructions, known) if earlier is not None else None
     if resumed is not None and earlier is not None:
@@ -325,7 +337,7 @@ def translate_input(
         item = items[index]
         if is_cut(item, cut):
             continue
-        _translate_item(builder, item, index)
+        _translate_item(builder, item, index, files)
     if not keep:
         return Translated(builder.finish(notice), builder.dropped, None)
     history = History(items, instructions, builder.copy(), ids, frozenset(cut))
@@ -336,19 +348,19 @@ def translate_input(
     return Translated(builder.finish(notice), builder.dropped, history)
 
 
-def _translate_item(builder: _Builder, item: Item, index: int) -> None:
+def _translate_item(builder: _Builder, item: Item, index: int, files: FileTexts | None) -> None:
     kind = item.get("type")
     if kind is None and "role" in item:
         kind = "message"
     if kind == "message":
-        builder.message(item, index)
+        builder.message(item, index, files)
     elif kind == "function_call":
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"])
     elif kind == "custom_tool_call":
         arguments = orjson.dumps({CUSTOM_INPUT_PARAM: item["input"]}).decode()
         builder.call(item["call_id"], flat_name(item.get("namespace"), item["name"]), arguments)
     elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        builder.output(item["call_id"], item["output"], index)
+        builder.output(item["call_id"], item["output"], index, files)
     elif kind == "reasoning":
         builder.reasoning(item)
     elif kind == ADDITIONAL_TOOLS:

@@ -21,6 +21,7 @@ from codexgate.translate.chat_upstream.messages import (
 )
 from codexgate.translate.chat_upstream.tools import chat_tool_choice, chat_tools
 from codexgate.translate.dialect import ChatDialect
+from codexgate.translate.files import FileTexts
 from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.wire.chat import CHAT_SAMPLING_EXTRAS  # a chat upstream takes them as they are
 from codexgate.wire.recent import SameObject, SameObjects
@@ -136,6 +137,7 @@ def to_chat_request(
     *,
     keep: bool = True,
     kinds: frozenset[Any] | None = None,
+    files: FileTexts | None = None,
 ) -> ChatRequest:
     """Build the upstream body. The result always streams and asks for usage when allowed.
     Values layer up: the model family's published sampling (`default_sampling = "auto"`), then
@@ -146,6 +148,7 @@ def to_chat_request(
     `keep`: make the checkpoint for the next request (False: it would not be remembered, so
     neither its copy of the translation nor its encodings are made).
     `kinds`: the input's item types, when known (Inbound.input_kinds).
+    `files`: the input's files read ahead (translate/files.py FileTexts; None: read here).
     Raises InvalidRequest for what a chat upstream cannot be given (a tool choice it cannot
     honour, an input item or part it could not read)."""
     tools = tools_of(req, kinds)
@@ -155,7 +158,9 @@ def to_chat_request(
         catalogue, functions = _read_tools(tools)
     notice = unavailable_notice(catalogue.unavailable)
     history = earlier.history if earlier is not None else None
-    translated = translate_input(req.input, req.instructions, dialect, notice, history, known, keep=keep)
+    translated = translate_input(
+        req.input, req.instructions, dialect, notice, history, known, keep=keep, files=files
+    )
     body = _sampling(req, dialect, upstream_model)
     body["model"] = upstream_model
     body["messages"] = translated.messages

@@ -2,14 +2,17 @@
 
 `ChatStreamTranslator` is what is left of the chat dialect on the way back: choices and deltas,
 tool-call fragments numbered by index (or not), finish reasons, usage, error objects in the
-stream, `[DONE]`. Everything else (stages, items, the terminal event) is the turn's. A
-non-streaming answer is fed as one chunk, so the two cannot drift apart.
+stream, `[DONE]`, and how far the server has read the prompt when it says (llama.cpp's
+`prompt_progress`, sent with `return_progress`: the backend logs a long prefill's progress).
+Everything else (stages, items, the terminal event) is the turn's. A non-streaming answer is fed
+as one chunk, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
@@ -21,7 +24,7 @@ from codexgate.translate.envelope import chat_usage_to_responses
 from codexgate.translate.turn import Turn
 from codexgate.translate.upstream_errors import classify
 
-__all__ = ["MALFORMED_CHUNKS", "ChatStreamTranslator"]
+__all__ = ["MALFORMED_CHUNKS", "ChatStreamTranslator", "PromptProgress"]
 
 MALFORMED_CHUNKS = "upstream.malformed_chunks"  # counts key: chunks skipped as unreadable
 
@@ -45,10 +48,34 @@ def _plain_content(chunk: Any) -> str | None:
     return content if type(content) is str and content else None
 
 
+@dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """How far the server has read the prompt (llama.cpp's `prompt_progress`)."""
+
+    processed: int  # tokens of the prompt read so far, those found in its cache included
+    total: int  # tokens of the prompt
+    cache: int = 0  # tokens found in the server's cache, not read again
+    seconds: float | None = None  # since the server began reading it (None: not said)
+
+
+def _prompt_progress(value: Any) -> PromptProgress | None:
+    if type(value) is not dict:
+        return None
+    processed, total, cache, time_ms = (value.get(k) for k in ("processed", "total", "cache", "time_ms"))
+    if type(processed) is not int or type(total) is not int or total <= 0:
+        return None
+    seconds = None
+    if isinstance(time_ms, (int, float)) and not isinstance(time_ms, bool) and time_ms >= 0:
+        seconds = time_ms / 1000
+    return PromptProgress(processed, total, cache if type(cache) is int else 0, seconds)
+
+
 class ChatStreamTranslator:
     def __init__(self, turn: Turn, counts: Counter[str] | None = None) -> None:
         """`counts` tallies chunks skipped as unreadable."""
         self.turn = turn
+        # What the server reported of its prefill since the backend last took it (take_prompt_progress).
+        self.prompt_progress: list[PromptProgress] = []
         self._counts = counts
         self._finish_reason: str | None = None
         self._call_keys: dict[int, int] = {}  # upstream index -> the turn's key, when they differ
@@ -113,6 +140,11 @@ class ChatStreamTranslator:
         if turn.failure is not None:
             raise turn.failure
 
+    def take_prompt_progress(self) -> list[PromptProgress]:
+        """What the server reported of its prefill since the last call, in order."""
+        taken, self.prompt_progress = self.prompt_progress, []
+        return taken
+
     def count_malformed(self) -> None:
         """An upstream chunk that was skipped because it could not be read."""
         if self._counts is not None:
@@ -153,6 +185,10 @@ class ChatStreamTranslator:
         if not isinstance(chunk, dict):
             self.count_malformed()
             return
+        if "prompt_progress" in chunk:  # beside an empty delta, while the server reads the prompt
+            progress = _prompt_progress(chunk["prompt_progress"])
+            if progress is not None:
+                self.prompt_progress.append(progress)
         choices = chunk.get("choices") or ()  # [] too: the usage chunk at the end has no choices
         if not isinstance(choices, (list, tuple)):
             self.count_malformed()  # upstream values are read leniently: skip what has no shape

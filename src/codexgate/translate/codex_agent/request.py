@@ -31,7 +31,7 @@ from codexgate.translate.catalogue import (
     request_tools,
 )
 from codexgate.translate.chat_upstream.items import local_shell_arguments
-from codexgate.translate.files import file_text
+from codexgate.translate.files import FileTexts, file_text
 from codexgate.translate.parts import check_parts, image_url
 from codexgate.wire.app_server import DynamicFunctionTool, DynamicToolCallResult, DynamicToolOutput, UserInput
 from codexgate.wire.responses import Item, ResponsesRequest
@@ -97,8 +97,9 @@ class FollowUp:
     where: dict[str, str] = field(default_factory=dict)  # call id -> its output's place (errors)
 
 
-def read_agent_ask(req: ResponsesRequest, upstream_model: str) -> AgentAsk:
-    """Raises InvalidRequest for what Codex cannot be given, naming the field."""
+def read_agent_ask(req: ResponsesRequest, upstream_model: str, files: FileTexts | None = None) -> AgentAsk:
+    """`files`: the files of the leading instructions, read ahead (translate/files.py; None:
+    read here). Raises InvalidRequest for what Codex cannot be given, naming the field."""
     _refuse_unhonourable(req)
     _check_contents(req.input)
     catalogue = catalogue_of(request_tools(req.tools, req.input))
@@ -106,7 +107,7 @@ def read_agent_ask(req: ResponsesRequest, upstream_model: str) -> AgentAsk:
     parts = [req.instructions] if req.instructions else []
     for index, item in enumerate(req.input):
         if _kind(item) == "message" and item.get("role") in ("system", "developer"):
-            parts.append(_content_text(item.get("content"), f"input[{index}].content"))
+            parts.append(_content_text(item.get("content"), f"input[{index}].content", files))
             opening += 1
         else:
             break
@@ -141,11 +142,13 @@ def chain_of(root: int, items: list[Item], start: int = 0) -> list[tuple[int, in
     return chain
 
 
-def follow_up(items: list[Item], pending: Iterable[str], start: int = 0) -> FollowUp | None:
+def follow_up(
+    items: list[Item], pending: Iterable[str], start: int = 0, files: FileTexts | None = None
+) -> FollowUp | None:
     """What `items` (those after a thread's filed chain, the first being input[start]) ask of
     it, or None when they cannot continue it (an assistant message, a call, a result for a call
-    it does not wait on): then a new thread is made. Raises InvalidRequest for a file in them
-    that cannot be read as text."""
+    it does not wait on): then a new thread is made. `files`: their files read ahead (None:
+    read here). Raises InvalidRequest for a file in them that cannot be read as text."""
     waiting = set(pending)
     asked = FollowUp()
     for index, item in enumerate(items, start):
@@ -157,7 +160,7 @@ def follow_up(items: list[Item], pending: Iterable[str], start: int = 0) -> Foll
             asked.results[call_id] = item
             asked.where[call_id] = f"input[{index}].output"
         elif kind == "message" and item.get("role") in ("user", "system", "developer"):
-            asked.turn.extend(_turn_input(item, f"input[{index}]"))
+            asked.turn.extend(_turn_input(item, f"input[{index}]", files))
         elif _key(item) is not None:
             return None
     if not asked.results and not asked.turn:
@@ -165,10 +168,13 @@ def follow_up(items: list[Item], pending: Iterable[str], start: int = 0) -> Foll
     return asked
 
 
-def opening(ask: AgentAsk, items: list[Item]) -> tuple[list[Item], list[UserInput]]:
+def opening(
+    ask: AgentAsk, items: list[Item], files: FileTexts | None = None
+) -> tuple[list[Item], list[UserInput]]:
     """A new thread for the whole request: the history to inject (Responses items Codex reads)
     and the input of its first turn (the trailing user messages, or a request to go on from
-    trailing tool results). Raises InvalidRequest for a file that cannot be read as text."""
+    trailing tool results). `files`: the request's files read ahead (None: read here). Raises
+    InvalidRequest for a file that cannot be read as text."""
     end = len(items)
     while (
         end > ask.opening and _kind(items[end - 1]) == "message" and items[end - 1].get("role") != "assistant"
@@ -176,26 +182,26 @@ def opening(ask: AgentAsk, items: list[Item]) -> tuple[list[Item], list[UserInpu
         end -= 1
     turn: list[UserInput] = []
     for index in range(end, len(items)):
-        turn.extend(_turn_input(items[index], f"input[{index}]"))
-    history = history_items(items[ask.opening : end], ask.opening)
+        turn.extend(_turn_input(items[index], f"input[{index}]", files))
+    history = history_items(items[ask.opening : end], ask.opening, files)
     if not turn:
         turn = [{"type": "text", "text": CONTINUE_AFTER_RESULTS, "text_elements": []}]
     return history, turn
 
 
-def history_items(items: Iterable[Item], start: int = 0) -> list[Item]:
+def history_items(items: Iterable[Item], start: int = 0, files: FileTexts | None = None) -> list[Item]:
     """Earlier turns as Responses items Codex replays to its model: messages (their files as
     text), and the client's tool calls under the flat names its tools were offered by, with
     their results. Reasoning and items of other kinds are not replayed (another server produced
-    them). `start`: the first item's index in the request. Raises InvalidRequest for a file
-    that cannot be read as text."""
+    them). `start`: the first item's index in the request; `files`: their files read ahead
+    (None: read here). Raises InvalidRequest for a file that cannot be read as text."""
     out: list[Item] = []
     for index, item in enumerate(items, start):
         kind = _kind(item)
         if kind == "message":
             role = item.get("role")
             if role == "assistant":
-                text = _content_text(item.get("content"), f"input[{index}].content")
+                text = _content_text(item.get("content"), f"input[{index}].content", files)
                 out.append(
                     {
                         "type": "message",
@@ -204,7 +210,7 @@ def history_items(items: Iterable[Item], start: int = 0) -> list[Item]:
                     }
                 )
             else:
-                content = _input_parts(item.get("content"), f"input[{index}].content")
+                content = _input_parts(item.get("content"), f"input[{index}].content", files)
                 out.append(
                     {"type": "message", "role": "user" if role == "user" else "developer", "content": content}
                 )
@@ -220,7 +226,7 @@ def history_items(items: Iterable[Item], start: int = 0) -> list[Item]:
             shell = {"name": dynamic_name(LOCAL_SHELL_NAME), "arguments": local_shell_arguments(item)}
             out.append({"type": "function_call", "call_id": item["call_id"], **shell})
         elif kind in _OUTPUT_KINDS:
-            output = _output_for_model(item, f"input[{index}].output")
+            output = _output_for_model(item, f"input[{index}].output", files)
             out.append({"type": "function_call_output", "call_id": item["call_id"], "output": output})
     return out
 
@@ -262,24 +268,25 @@ def output_text(item: Item) -> str:
     return _text(output)
 
 
-def _output_for_model(item: Item, param: str) -> str:
+def _output_for_model(item: Item, param: str, files: FileTexts | None) -> str:
     """`output_text`, with the text of the files in it (checked by `_check_contents`)."""
     output = item.get("output")
     if _kind(item) == "tool_search_output" or not isinstance(output, list):
         return output_text(item)
-    return _content_text(output, param)
+    return _content_text(output, param, files)
 
 
-def tool_result(item: Item, param: str = "output") -> DynamicToolCallResult:
+def tool_result(item: Item, param: str = "output", files: FileTexts | None = None) -> DynamicToolCallResult:
     """A client's tool result as the answer to Codex's `item/tool/call`: its texts, files and
     images in order (parts checked by `_check_contents`). `param`: where the output is in the
-    request. Raises InvalidRequest for a file that cannot be read as text."""
+    request; `files`: its files read ahead (None: read here). Raises InvalidRequest for a file
+    that cannot be read as text."""
     output = item.get("output")
     content: list[DynamicToolOutput]
     if isinstance(output, list):
         content = [
             {"type": "inputImage", "imageUrl": value} if image else {"type": "inputText", "text": value}
-            for image, value in _part_values(output, param)
+            for image, value in _part_values(output, param, files)
         ]
     else:
         content = [{"type": "inputText", "text": output_text(item)}]
@@ -387,7 +394,7 @@ def _part_text(part: dict[str, Any]) -> str | None:
     return None
 
 
-def _content_text(content: Any, param: str) -> str:
+def _content_text(content: Any, param: str, files: FileTexts | None) -> str:
     """What the model reads of a message's content or a tool output (`param` names it): its
     text as `_text` reads it, then each readable blob's and each file's text, a line apart.
     Raises InvalidRequest for a file that cannot be read as text."""
@@ -399,22 +406,26 @@ def _content_text(content: Any, param: str) -> str:
         if not isinstance(part, dict):
             continue
         if part.get("type") == "input_file":
-            more.append(file_text(part, f"{param}[{index}]"))
+            more.append(_file(part, f"{param}[{index}]", files))
         elif part.get("type") == "encrypted_content" and isinstance(part.get("encrypted_content"), str):
             more.append(part["encrypted_content"])
     return "\n".join(t for t in (text, *more) if t)
 
 
-def _input_parts(content: Any, param: str) -> list[dict[str, Any]]:
+def _file(part: dict[str, Any], param: str, files: FileTexts | None) -> str:
+    return file_text(part, param) if files is None else files.text(part, param)
+
+
+def _input_parts(content: Any, param: str, files: FileTexts | None) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "input_text", "text": content}]
     return [
         {"type": "input_image", "image_url": value} if image else {"type": "input_text", "text": value}
-        for image, value in _part_values(content or (), param)
+        for image, value in _part_values(content or (), param, files)
     ]
 
 
-def _part_values(parts: Iterable[Any], param: str) -> Iterator[tuple[bool, str]]:
+def _part_values(parts: Iterable[Any], param: str, files: FileTexts | None) -> Iterator[tuple[bool, str]]:
     """Each part, in order, as (True, its image's URL) or (False, its text: a file's, or what
     `_part_text` reads); parts with neither are passed over. `param` names the parts. Raises
     InvalidRequest for a file that cannot be read as text."""
@@ -427,18 +438,18 @@ def _part_values(parts: Iterable[Any], param: str) -> Iterator[tuple[bool, str]]
             if url is not None:
                 yield True, url
         elif kind == "input_file":
-            yield False, file_text(part, f"{param}[{index}]")
+            yield False, _file(part, f"{param}[{index}]", files)
         elif isinstance(text := _part_text(part), str):
             yield False, text
 
 
-def _turn_input(item: Item, param: str) -> list[UserInput]:
+def _turn_input(item: Item, param: str, files: FileTexts | None) -> list[UserInput]:
     """A user message as turn input; a system or developer one as marked text. `param`: the
     item's place in the request. Raises InvalidRequest for a file that cannot be read."""
     content = item.get("content")
     prefix = LATE_INSTRUCTIONS if item.get("role") != "user" else ""
     inputs: list[UserInput] = []
-    text = _content_text(content, f"{param}.content")
+    text = _content_text(content, f"{param}.content", files)
     if text:
         inputs.append({"type": "text", "text": prefix + text, "text_elements": []})
     if isinstance(content, list):
