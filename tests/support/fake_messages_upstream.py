@@ -72,6 +72,13 @@ def sign(text: str) -> str:
     return base64.b64encode(hmac.new(SECRET, text.encode(), hashlib.sha256).digest()).decode()
 
 
+def sign_omitted(text: str) -> str:
+    """The signature of a thinking block sent with `thinking.display: "omitted"` (its text not
+    shown, "" in the block): like Anthropic's, it carries the text, sealed."""
+    sealed = base64.b64encode(text.encode()).decode()
+    return f"om.{sealed}.{sign(text)}"
+
+
 def redacted_data(secret_text: str) -> str:
     """A redacted_thinking block's data: opaque, and checked like a signature when it returns."""
     payload = base64.b64encode(secret_text.encode()).decode()
@@ -165,7 +172,14 @@ def _blocks_of(content: Any) -> list[JSON]:
 
 def _check_signature(block: JSON, where: str) -> None:
     if block.get("type") == "thinking":
-        if not hmac.compare_digest(str(block.get("signature") or ""), sign(str(block.get("thinking") or ""))):
+        signature, text = str(block.get("signature") or ""), str(block.get("thinking") or "")
+        if signature.startswith("om.") and not text:  # display "omitted": the text is in the seal
+            _, sealed, signature = signature.split(".", 2) if signature.count(".") >= 2 else ("", "", "")
+            try:
+                text = base64.b64decode(sealed, validate=True).decode()
+            except ValueError:
+                raise Refused(f"{where}: Invalid `signature` in `thinking` block") from None
+        if not hmac.compare_digest(signature, sign(text)):
             raise Refused(f"{where}: Invalid `signature` in `thinking` block")
     elif block.get("type") == "redacted_thinking":
         payload, _, signature = str(block.get("data") or "").partition(".")
@@ -484,7 +498,9 @@ class FakeMessagesUpstream:
         await _send(send, reply.status, raw, reply.headers)
 
     async def _stream(self, reply: MessageReply, body: JSON, usage: JSON, send: Send) -> None:
-        events = message_events(reply, str(body["model"]), usage)
+        thinking = body.get("thinking")
+        omitted = isinstance(thinking, dict) and thinking.get("display") == "omitted"
+        events = message_events(reply, str(body["model"]), usage, omitted=omitted)
         await send({
             "type": "http.response.start", "status": reply.status,
             "headers": [(b"content-type", b"text/event-stream; charset=utf-8")],
@@ -522,8 +538,9 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), max(1, size))] or [""]
 
 
-def message_events(reply: MessageReply, model: str, usage: JSON) -> list[JSON]:
-    """The events of one streamed message, as Anthropic sends them."""
+def message_events(reply: MessageReply, model: str, usage: JSON, *, omitted: bool = False) -> list[JSON]:
+    """The events of one streamed message, as Anthropic sends them (`omitted`: the request asked
+    for `thinking.display: "omitted"`: thinking blocks without their text)."""
     message_id = f"msg_{next(_IDS):06d}fake"
     start_usage = {**usage, "output_tokens": 1}
     message = {
@@ -540,11 +557,12 @@ def message_events(reply: MessageReply, model: str, usage: JSON) -> list[JSON]:
         elif isinstance(block, Thinking):
             events.append({"type": "content_block_start", "index": index,
                            "content_block": {"type": "thinking", "thinking": "", "signature": ""}})  # fmt: skip
-            for piece in _pieces(block.text, size):
+            for piece in _pieces(block.text, size) if not omitted else ():
                 events.append({"type": "content_block_delta", "index": index,
                                "delta": {"type": "thinking_delta", "thinking": piece}})  # fmt: skip
+            signature = sign_omitted(block.text) if omitted else sign(block.text)
             events.append({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "signature_delta", "signature": sign(block.text)}})  # fmt: skip
+                           "delta": {"type": "signature_delta", "signature": signature}})  # fmt: skip
             output_chars += len(block.text)
         elif isinstance(block, Text):
             events.append({"type": "content_block_start", "index": index,
