@@ -46,7 +46,7 @@ def test_each_frame_names_its_event_as_its_data_does() -> None:
     turn.text("hi")
     turn.finish("stop")
     events += turn.take()
-    data = MessagesSSE("m").batch(events) + MessagesSSE("m").keepalive()
+    data = MessagesSSE("m").batch(events) + MessagesSSE.keepalive
     frames = [frame for frame in data.split(b"\n\n") if frame]
     for raw in frames:
         event_line, data_line = raw.split(b"\n")

@@ -69,7 +69,9 @@ class Gateway:
         if self.fail_first is not None:  # an error before the first byte
             status, answer = anthropic_error(self.fail_first)
             return httpx2.Response(status, json=answer)
-        ask = self.face.read(body, "tester", request.headers)
+        ask = self.face.read(
+            body, "tester", [(k.lower().encode(), v.encode()) for k, v in request.headers.items()]
+        )
         # The turn of a chat backend (its reasoning blob; the stop sequences the gateway applies),
         # for the very canonical request the face made.
         options = TurnOptions(reasoning_blob=encode_reasoning, stop=ask.req.stop)
@@ -84,7 +86,7 @@ class Gateway:
         for batch in batches:
             chunks.append(encoder.batch(batch))
             if self.pings:
-                chunks.append(encoder.keepalive())  # as the server does while the upstream is silent
+                chunks.append(encoder.keepalive)  # as the server does while the upstream is silent
         chunks.append(encoder.end(batches[-1][-1]))
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=b"".join(chunks))
 
