@@ -27,6 +27,7 @@ from tests.support.fake_upstream import (
     RecordedRequest,
     Reply,
     Usage,
+    cut_reply,
     error_reply,
     openai_error,
     text_reply,
@@ -179,21 +180,31 @@ def test_a_tool_claude_codes_tool_search_loads_is_offered_from_the_next_request_
     assert "Tool loaded: WebFetch" in output
 
 
-def test_an_upstream_500_is_retried_by_claude_code_and_answered(tmp_path: Path) -> None:
+def test_an_upstream_500_and_a_stream_cut_mid_answer_are_retried_by_claude_code(tmp_path: Path) -> None:
     """The gateway retries an upstream's 5xx itself before the first byte; with max_retries 0
-    the 500 reaches Claude Code (an `api_error`), which sends the request again."""
+    the 500 reaches Claude Code (an `api_error`), which sends the request again. The next answer
+    is cut after its first words: an `event: error` (`overloaded_error`), after which Claude
+    Code sends the words it got back with a note to resume from them; the third is its answer."""
     script = [
         error_reply(500, openai_error("the upstream fell over", error_type="server_error")),
-        text_reply("Answered on the second try."),
+        cut_reply("Half an answ"),
+        text_reply("Answered on the third try."),
     ]
     with gateway(tmp_path, script, args=("--max-retries", "0")) as (gw, upstream):
         run = claude(tmp_path, gw, "say hi")
         access = access_lines(gw)
     assert run.ok, run.describe()
-    assert run.result == "Answered on the second try."
-    assert len(upstream.requests) == 2 and upstream.requests[0].body == upstream.requests[1].body
-    assert [("status=200" in line) for line in access] == [False, True], access
-    assert "status=500" in access[0] or "status=502" in access[0], access
+    assert run.result == "Answered on the third try."
+    assert len(upstream.requests) == 3
+    first, retried, resumed = (r.body["messages"] for r in upstream.requests)
+    assert retried == first  # after the 500: the same request
+    # after the cut: the words that came, and a note to go on from them
+    assert resumed[: len(first)] == first
+    assert resumed[len(first)] == {"role": "assistant", "content": "Half an answ"}
+    assert "cut off mid-stream" in resumed[-1]["content"] and len(resumed) == len(first) + 2
+    assert "status=502 outcome=upstream_error" in access[0], access  # the upstream's 500, as a gateway's
+    assert "status=200 outcome=failed:upstream_stream_cut" in access[1], access
+    assert "status=200 outcome=completed" in access[2] and len(access) == 3, access
 
 
 WINDOW = 6.0  # rate_window_seconds: Claude Code waits out at most this
