@@ -126,6 +126,8 @@ def test_a_status_code_and_message_are_an_error_too() -> None:
 # Each pattern of CONTEXT_NUMBERS, with what an upstream says and what Claude Code reads.
 CONTEXT_MESSAGES = [
     ("prompt is too long: 210000 tokens > 200000 maximum", 210000, 200000),
+    ("This request needs at least 188 tokens, more than the model's context window of 64 tokens. Compact "
+     "or shorten the conversation.", 188, 64),
     ("Upstream error: This model's maximum context length is 32768 tokens. However, you requested 33000 "
      "tokens (32000 in the messages, 1000 in the completion). Please reduce the length.", 33000, 32768),
     ("Upstream error: This model's maximum context length is 4096 tokens. However, your request has 5000 "

@@ -265,6 +265,31 @@ def test_tool_changes_in_system_messages_change_the_tools_in_order() -> None:
     ]
 
 
+def test_a_deferred_tool_is_offered_only_once_a_tool_reference_loads_it() -> None:
+    """Claude Code's tool search: `defer_loading` tools (and its placeholder, never loaded) stay
+    out of what the model sees until a ToolSearch result names one."""
+    schema = {"type": "object", "properties": {}}
+    tools = [
+        {"name": "ToolSearch", "input_schema": schema},
+        {"name": "WebFetch", "input_schema": schema, "defer_loading": True},
+        {"name": "DeferredToolPlaceholder", "input_schema": schema, "defer_loading": True},
+    ]
+    search = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {"query": "select:WebFetch"}},
+    ]}  # fmt: skip
+    found = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]},
+    ]}  # fmt: skip
+    before = ask_of(minimal([{"role": "user", "content": "fetch it"}], tools=tools)).request
+    after = ask_of(minimal([{"role": "user", "content": "fetch it"}, search, found], tools=tools)).request
+    forced = ask_of(minimal([{"role": "user", "content": "x"}], tools=tools,
+                            tool_choice={"type": "tool", "name": "WebFetch"})).request  # fmt: skip
+    assert [tool["name"] for tool in before.tools] == ["ToolSearch"]
+    assert [tool["name"] for tool in after.tools] == ["ToolSearch", "WebFetch"]
+    assert [tool["name"] for tool in forced.tools] == ["ToolSearch", "WebFetch"]
+    assert forced.tool_choice == {"type": "function", "name": "WebFetch"}
+
+
 # -- user content
 
 

@@ -69,8 +69,17 @@ _PASSING = frozenset(
 # Where an upstream's words give the prompt's size (N) and the model's window (M): each pattern
 # with the group of N and the group of M.
 CONTEXT_NUMBERS: tuple[tuple[re.Pattern[str], int, int], ...] = (
-    # Anthropic's own wording, and the gateway's own
+    # Anthropic's own wording
     (re.compile(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", re.I), 1, 2),
+    # the gateway's own check of a known window (backends/chat/backend.py): "This request needs
+    # at least 188 tokens, more than the model's context window of 64 tokens."
+    (
+        re.compile(
+            r"needs at least (\d+) tokens, more than the model's context window of (\d+) tokens", re.I
+        ),
+        1,
+        2,
+    ),
     # vLLM, OpenAI: "maximum context length is 32768 tokens. However, you requested 33000 tokens
     # (32000 in the messages, ...)" (the whole request: the prompt and the output asked for),
     # "... your request has 5000 input tokens", "... your messages resulted in 8500 tokens"

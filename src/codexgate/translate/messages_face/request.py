@@ -15,6 +15,7 @@ has the table of what each field and block becomes; the choices, briefly:
   (thinking -> reasoning, text -> a message, tool_use -> a function call);
 - documents become what the `input_file` reader takes (a PDF) or text under their title;
 - server tools are left out of the tools, and the model is told they are not available;
+  deferred tools (`defer_loading`) are left out until a `tool_reference` loads them;
 - the whole checked body, and the `anthropic-*` headers, travel beside it (`native`) for a
   backend that speaks Messages itself.
 """
@@ -89,8 +90,10 @@ def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] 
     InvalidRequest only for a `tool_choice` that forces a tool the gateway cannot offer."""
     own_headers = {name.lower(): value for name, value in (headers or {}).items()}
     messages = data["messages"]
-    tools, server_tools = _tools(data.get("tools") or (), messages)
-    tool_choice, parallel = _tool_choice(data.get("tool_choice"), tools, server_tools)
+    choice = data.get("tool_choice")
+    forced = choice["name"] if choice is not None and choice["type"] == "tool" else None
+    tools, server_tools = _tools(data.get("tools") or (), messages, forced)
+    tool_choice, parallel = _tool_choice(choice, tools, server_tools)
     thinking = data.get("thinking") or {}
     output_config = data.get("output_config") or {}
     metadata = data.get("metadata") or {}
@@ -210,16 +213,22 @@ def _text(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _tools(
-    raw_tools: Any, messages: list[dict[str, Any]]
+    raw_tools: Any, messages: list[dict[str, Any]], forced: str | None = None
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """The canonical tools: the client tools of `tools`, changed by the system messages'
     tool_addition and tool_removal blocks in order; and the server tools left out, as (name,
-    type) pairs."""
+    type) pairs. A tool with `defer_loading: true` is offered only once a `tool_reference`
+    in a tool result names it (or `tool_choice` forces it, `forced`), as the API loads it:
+    Claude Code lists its searchable tools so (and a `DeferredToolPlaceholder` the model is
+    never to see) and names one in its ToolSearch result when the model asks for it."""
     offered: dict[str, dict[str, Any]] = {}  # by name, in the client's order
     declared: dict[str, dict[str, Any]] = {}  # every client tool named anywhere, for re-additions
     server: list[tuple[str, str]] = []
+    loaded = _referenced_tools(messages)
+    if forced is not None:
+        loaded.add(forced)
     for tool in raw_tools:
-        _offer(tool, offered, declared, server)
+        _offer(tool, offered, declared, server, loaded)
     for message in messages:
         if message["role"] != "system" or isinstance(message["content"], str):
             continue
@@ -232,7 +241,7 @@ def _tools(
                 if tool["type"] == "tool_reference":
                     offered.pop(tool["name"], None)
             elif tool["type"] == "tool_definition":
-                _offer(tool["definition"], offered, declared, server)
+                _offer(tool["definition"], offered, declared, server, loaded)
             elif tool["type"] == "tool_reference" and tool["name"] in declared:
                 offered.setdefault(tool["name"], declared[tool["name"]])
             # MCP references name servers the API calls: nothing the gateway could offer.
@@ -244,6 +253,7 @@ def _offer(
     offered: dict[str, dict[str, Any]],
     declared: dict[str, dict[str, Any]],
     server: list[tuple[str, str]],
+    loaded: set[str],
 ) -> None:
     if is_server_tool(tool):
         kind = str(tool["type"])
@@ -252,8 +262,24 @@ def _offer(
         if entry not in server:
             server.append(entry)
         return
-    canonical = _function_tool(tool)
-    offered[tool["name"]] = declared[tool["name"]] = canonical
+    name = tool["name"]
+    declared[name] = canonical = _function_tool(tool)
+    if tool.get("defer_loading") is not True or name in loaded:
+        offered[name] = canonical
+
+
+def _referenced_tools(messages: list[dict[str, Any]]) -> set[str]:
+    """The tools the `tool_reference` blocks of the tool results name (tool search's answers)."""
+    names: set[str] = set()
+    for message in messages:
+        content = message["content"]
+        if message["role"] != "user" or isinstance(content, str):
+            continue
+        for block in content:
+            inner = block.get("content") if block["type"] == "tool_result" else None
+            if isinstance(inner, list):
+                names.update(part["tool_name"] for part in inner if part["type"] == "tool_reference")
+    return names
 
 
 class _RecentTools:
@@ -404,7 +430,7 @@ def _user_parts(block: dict[str, Any]) -> list[dict[str, Any]]:
                 "text": f"Search result: {block['title']}\nSource: {block['source']}\n\n{texts}",
             }
         ]
-    # tool_reference: a tool searched for is now offered (the model here is offered every tool).
+    # tool_reference: a deferred tool searched for, offered from now on (_tools).
     return [{"type": "input_text", "text": f"Tool loaded: {block['tool_name']}"}]
 
 
