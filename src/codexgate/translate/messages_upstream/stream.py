@@ -38,6 +38,7 @@ import orjson
 
 from codexgate.errors import UpstreamStreamCut
 from codexgate.translate.envelope import token_count
+from codexgate.translate.event_reader import EventReader
 from codexgate.translate.reasoning import encode_thinking
 from codexgate.translate.turn import Turn
 from codexgate.translate.upstream_errors import classify
@@ -87,7 +88,7 @@ class _Block:
     fed_input: bool = False  # ... or in deltas
 
 
-class MessagesStreamReader:
+class MessagesStreamReader(EventReader):
     def __init__(self, turn: Turn, counts: Counter[str] | None = None) -> None:
         """`counts` tallies events skipped as unreadable and blocks left out."""
         self.turn = turn
@@ -96,27 +97,6 @@ class MessagesStreamReader:
         self._usage: dict[str, Any] = {}  # Anthropic's, the later values over the earlier
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None  # the one the upstream says it met
-
-    @property
-    def done(self) -> bool:
-        """The turn has ended."""
-        return self.turn.done
-
-    @staticmethod
-    def decode(payload: bytes) -> Any:
-        """One event-stream payload decoded (raises orjson.JSONDecodeError)."""
-        return orjson.loads(payload)
-
-    @staticmethod
-    def decode_all(payloads: list[bytes]) -> list[Any]:
-        return list(map(orjson.loads, payloads))
-
-    def feed_all(self, events: list[Any]) -> None:
-        """`feed` for each event in order, up to the end of the turn."""
-        for event in events:
-            self.feed(event)
-            if self.turn.done:
-                return
 
     def feed(self, event: Any) -> None:
         """One decoded event. Raises the GatewayError of an `error` event, and the turn's (the

@@ -33,6 +33,7 @@ from codexgate.errors import (
 from codexgate.translate.catalogue import LOCAL_SHELL_NAME, TOOL_SEARCH_NAME, flat_name
 from codexgate.translate.chat_upstream.items import local_shell_arguments, tool_search_arguments
 from codexgate.translate.envelope import chat_usage_to_responses, token_count
+from codexgate.translate.event_reader import EventReader
 from codexgate.translate.responses_upstream.request import TextField, wrap_reasoning
 from codexgate.translate.turn import Turn
 from codexgate.translate.upstream_errors import classify
@@ -115,7 +116,7 @@ class _Item:
     finished: bool = False
 
 
-class ResponsesStreamReader:
+class ResponsesStreamReader(EventReader):
     def __init__(self, turn: Turn, upstream: str, counts: Counter[str] | None = None) -> None:
         """`upstream`: the upstream's configured name, which its reasoning blobs are wrapped
         with. `counts` tallies events skipped as unreadable."""
@@ -125,28 +126,6 @@ class ResponsesStreamReader:
         self._items: dict[object, _Item] = {}  # by item id and by output index
         self._current: dict[str, _Item] = {}  # the last item of each kind
         self._positions = 0  # items met, for the turn's keys
-
-    @property
-    def done(self) -> bool:
-        """The turn has ended."""
-        return self.turn.done
-
-    @staticmethod
-    def decode(payload: bytes) -> Any:
-        """One event-stream payload decoded (raises orjson.JSONDecodeError)."""
-        return orjson.loads(payload)
-
-    @staticmethod
-    def decode_all(payloads: list[bytes]) -> list[Any]:
-        """`decode` for each payload, in order."""
-        return list(map(orjson.loads, payloads))
-
-    def feed_all(self, events: list[Any]) -> None:
-        """`feed` for each event in order, up to the end of the turn."""
-        for event in events:
-            self.feed(event)
-            if self.turn.done:
-                return
 
     def feed(self, event: Any) -> None:
         """One decoded event. Raises the GatewayError of a failure the upstream reported, and
