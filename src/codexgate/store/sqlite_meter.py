@@ -10,21 +10,27 @@ it (busy_timeout) and shares its commit with whatever else it had pending: the e
 waits for a lock. That connection never checkpoints (wal_autocheckpoint = 0): the writer
 thread's commits do, as the usage written every second, so the loop never waits on an fsync.
 Reads of the ledger run on the store's readers.
+
+The tables are made and changed by the migrations in MIGRATIONS (store/sqlite.py `migrate`),
+when the meter opens.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from codexgate.store.base import StoreError
 from codexgate.store.meter import Admit, Charge, KeyState, UsageRow, Verdict, decide
+from codexgate.store.sqlite import Migration, SqliteStore, migrate
 
-if TYPE_CHECKING:
-    from codexgate.store.sqlite import SqliteStore
+log = logging.getLogger("codexgate.store")
 
-_SCHEMA = (
+# The meter's tables as first released (CREATE ... IF NOT EXISTS: a file made by a release
+# before migrations has them already, and only the record is added).
+_TABLES = (
     """CREATE TABLE IF NOT EXISTS key_state (
         key TEXT PRIMARY KEY, minute INTEGER NOT NULL, minute_requests INTEGER NOT NULL,
         minute_tokens INTEGER NOT NULL, day INTEGER NOT NULL, day_tokens INTEGER NOT NULL
@@ -39,6 +45,15 @@ _SCHEMA = (
         PRIMARY KEY (date, key, model, upstream)
     ) WITHOUT ROWID""",
 )
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    for statement in _TABLES:  # one by one: executescript would commit the writer's transaction
+        conn.execute(statement)
+
+
+# Forward only (store/sqlite.py `migrate`): a change to the meter's tables is a new line here.
+MIGRATIONS: tuple[Migration, ...] = (("meter_tables", _create_tables),)
 
 _STATE_COLUMNS = "minute, minute_requests, minute_tokens, day, day_tokens"
 _SAVE_STATE = (
@@ -80,11 +95,9 @@ class SqliteMeter:
         self._now: sqlite3.Connection | None = None  # the event loop's own, for writes that need no wait
 
     async def open(self) -> None:
-        def create(conn: sqlite3.Connection) -> None:
-            for statement in _SCHEMA:  # one by one: executescript would commit the writer's transaction
-                conn.execute(statement)
-
-        await self._store._write(create)
+        applied = await self._store._write(lambda conn: migrate(conn, MIGRATIONS))
+        for name in applied:
+            log.info("the SQLite store at %s: migration %s applied", self._store.path, name)
         if self._now is None:
             conn = sqlite3.connect(self._store.path, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 0")  # a lock held elsewhere: the writer thread waits
