@@ -48,8 +48,19 @@ CREATE TABLE IF NOT EXISTS codexgate_usage (
 );
 """
 
+# The face becomes part of a row's key; the rows already there were written before the ledger
+# recorded it: '' (meter.UNKNOWN_FACE).
+_USAGE_FACE = """
+ALTER TABLE codexgate_usage ADD COLUMN face TEXT NOT NULL DEFAULT '';
+ALTER TABLE codexgate_usage DROP CONSTRAINT codexgate_usage_pkey;
+ALTER TABLE codexgate_usage ADD PRIMARY KEY (date, key, model, upstream, face);
+"""
+
 # Forward only (store/postgres.py `migrate`): a change to the meter's tables is a new line here.
-MIGRATIONS = (("meter_tables", _TABLES),)
+MIGRATIONS = (
+    ("meter_tables", _TABLES),
+    ("usage_face", _USAGE_FACE),
+)
 
 # Code, not data: replaced at every open, so that a gateway runs the rules it was released with.
 _FUNCTIONS = """
@@ -117,10 +128,11 @@ ON CONFLICT (key) DO UPDATE SET
 """
 
 _ADD_USAGE = """
-INSERT INTO codexgate_usage AS u
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
-                     $7::bigint[], $8::bigint[], $9::bigint[])
-ON CONFLICT (date, key, model, upstream) DO UPDATE SET
+INSERT INTO codexgate_usage AS u (date, key, model, upstream, face, requests, input_tokens,
+                                  cached_tokens, output_tokens, reasoning_tokens)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+ON CONFLICT (date, key, model, upstream, face) DO UPDATE SET
     requests = u.requests + excluded.requests, input_tokens = u.input_tokens + excluded.input_tokens,
     cached_tokens = u.cached_tokens + excluded.cached_tokens,
     output_tokens = u.output_tokens + excluded.output_tokens,
@@ -128,9 +140,10 @@ ON CONFLICT (date, key, model, upstream) DO UPDATE SET
 """
 
 _USAGE = """
-SELECT key, date, model, upstream, requests, input_tokens, cached_tokens, output_tokens, reasoning_tokens
+SELECT key, date, model, upstream, face, requests, input_tokens, cached_tokens, output_tokens,
+       reasoning_tokens
 FROM codexgate_usage WHERE date >= $1 AND date <= $2 AND ($3::text IS NULL OR key = $3)
-ORDER BY date COLLATE "C", key COLLATE "C", model COLLATE "C", upstream COLLATE "C"
+ORDER BY date COLLATE "C", key COLLATE "C", model COLLATE "C", upstream COLLATE "C", face COLLATE "C"
 """
 
 

@@ -46,14 +46,37 @@ _TABLES = (
     ) WITHOUT ROWID""",
 )
 
+_USAGE_WITH_FACE = """CREATE TABLE usage_with_face (
+    date TEXT NOT NULL, key TEXT NOT NULL, model TEXT NOT NULL, upstream TEXT NOT NULL, face TEXT NOT NULL,
+    requests INTEGER NOT NULL, input_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+    PRIMARY KEY (date, key, model, upstream, face)
+) WITHOUT ROWID"""
+
 
 def _create_tables(conn: sqlite3.Connection) -> None:
     for statement in _TABLES:  # one by one: executescript would commit the writer's transaction
         conn.execute(statement)
 
 
+def _usage_face(conn: sqlite3.Connection) -> None:
+    """The face becomes part of a row's key. SQLite cannot change a primary key in place: the
+    rows move to a table that has it, with the face not known, '' (meter.UNKNOWN_FACE: they
+    were written before)."""
+    conn.execute(_USAGE_WITH_FACE)
+    conn.execute(
+        "INSERT INTO usage_with_face SELECT date, key, model, upstream, '', requests, input_tokens,"
+        " cached_tokens, output_tokens, reasoning_tokens FROM usage"
+    )
+    conn.execute("DROP TABLE usage")
+    conn.execute("ALTER TABLE usage_with_face RENAME TO usage")
+
+
 # Forward only (store/sqlite.py `migrate`): a change to the meter's tables is a new line here.
-MIGRATIONS: tuple[Migration, ...] = (("meter_tables", _create_tables),)
+MIGRATIONS: tuple[Migration, ...] = (
+    ("meter_tables", _create_tables),
+    ("usage_face", _usage_face),
+)
 
 _STATE_COLUMNS = "minute, minute_requests, minute_tokens, day, day_tokens"
 _SAVE_STATE = (
@@ -62,14 +85,16 @@ _SAVE_STATE = (
     " minute_tokens = excluded.minute_tokens, day = excluded.day, day_tokens = excluded.day_tokens"
 )
 _ADD_USAGE = (
-    "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (date, key, model, upstream) DO UPDATE"
+    "INSERT INTO usage (date, key, model, upstream, face, requests, input_tokens, cached_tokens,"
+    " output_tokens, reasoning_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (date, key, model, upstream, face) DO UPDATE"
     " SET requests = requests + excluded.requests, input_tokens = input_tokens + excluded.input_tokens,"
     " cached_tokens = cached_tokens + excluded.cached_tokens,"
     " output_tokens = output_tokens + excluded.output_tokens,"
     " reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens"
 )
 _USAGE = (
-    "SELECT key, date, model, upstream, requests, input_tokens, cached_tokens, output_tokens,"
+    "SELECT key, date, model, upstream, face, requests, input_tokens, cached_tokens, output_tokens,"
     " reasoning_tokens FROM usage"
 )
 
@@ -177,7 +202,7 @@ class SqliteMeter:
         def usage(conn: sqlite3.Connection) -> list[UsageRow]:
             where = "date >= ? AND date <= ?" + ("" if key is None else " AND key = ?")
             params = (start, end) if key is None else (start, end, key)
-            order = " ORDER BY date, key, model, upstream"
+            order = " ORDER BY date, key, model, upstream, face"
             return [UsageRow(*row) for row in conn.execute(f"{_USAGE} WHERE {where}{order}", params)]
 
         return await self._store._read(usage)
