@@ -1,6 +1,6 @@
 """`codexgate usage` (commands/usage/command.py): the ledger a gateway wrote to its store, as a
-table with a total, as JSON, for one key or every key, and what it says when there is nothing
-to read."""
+table with a total (a row per face), as JSON, for one key or every key, and what it says when
+there is nothing to read."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from codexgate.store.sqlite import SqliteStore
 from codexgate.store.sqlite_meter import SqliteMeter
 
 ROWS = [
-    UsageRow("alice", "2026-03-01", "coder", "local", 2, 2400, 2000, 600, 240),
-    UsageRow("bob", "2026-03-01", "other", "vllm", 1, 1200, 0, 300, 0),
-    UsageRow("alice", "2026-03-02", "coder", "local", 1, 1200, 1000, 300, 120),
+    UsageRow("alice", "2026-03-01", "coder", "local", "responses", 2, 2400, 2000, 600, 240),
+    UsageRow("alice", "2026-03-01", "coder", "local", "messages", 1, 900, 0, 100, 0),
+    UsageRow("bob", "2026-03-01", "other", "vllm", "chat", 1, 1200, 0, 300, 0),
+    UsageRow("bob", "2026-03-01", "other", "vllm", "", 1, 5, 0, 1, 0),  # written before faces
+    UsageRow("alice", "2026-03-02", "coder", "local", "compact", 1, 1200, 1000, 300, 120),
 ]
 
 
@@ -55,13 +57,15 @@ def test_every_keys_rows_as_a_table_with_a_total(tmp_path: Path, capsys: pytest.
     )
     assert status == 0
     assert out.splitlines() == [
-        "date        key    model  upstream  requests  input  cached  output  reasoning",
-        "----------  -----  -----  --------  --------  -----  ------  ------  ---------",
-        "2026-03-01  alice  coder  local            2   2400    2000     600        240",
-        "2026-03-01  bob    other  vllm             1   1200       0     300          0",
-        "2026-03-02  alice  coder  local            1   1200    1000     300        120",
-        "----------  -----  -----  --------  --------  -----  ------  ------  ---------",
-        "total                                      4   4800    3000    1200        360",
+        "date        key    model  upstream  face       requests  input  cached  output  reasoning",
+        "----------  -----  -----  --------  ---------  --------  -----  ------  ------  ---------",
+        "2026-03-01  alice  coder  local     messages          1    900       0     100          0",
+        "2026-03-01  alice  coder  local     responses         2   2400    2000     600        240",
+        "2026-03-01  bob    other  vllm      (unknown)         1      5       0       1          0",
+        "2026-03-01  bob    other  vllm      chat              1   1200       0     300          0",
+        "2026-03-02  alice  coder  local     compact           1   1200    1000     300        120",
+        "----------  -----  -----  --------  ---------  --------  -----  ------  ------  ---------",
+        "total                                                 6   5705    3000    1301        360",
     ]
 
 
@@ -80,8 +84,9 @@ def test_one_keys_rows_as_json_for_one_day(tmp_path: Path, capsys: pytest.Captur
     status, out, _ = usage(capsys, *args, "--json")
     assert status == 0
     assert orjson.loads(out) == {"object": "list", "data": [
-        {"key": "alice", "date": "2026-03-02", "model": "coder", "upstream": "local", "requests": 1,
-         "input_tokens": 1200, "cached_tokens": 1000, "output_tokens": 300, "reasoning_tokens": 120},
+        {"key": "alice", "date": "2026-03-02", "model": "coder", "upstream": "local", "face": "compact",
+         "requests": 1, "input_tokens": 1200, "cached_tokens": 1000, "output_tokens": 300,
+         "reasoning_tokens": 120},
     ]}  # fmt: skip
     status, out, _ = usage(capsys, "--store-path", str(store), "--key", "carol", "--end-date", "2026-03-02")
     assert (status, out) == (0, "no usage by key 'carol' from 2026-02-01 to 2026-03-02 (UTC)\n")

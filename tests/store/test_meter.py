@@ -138,10 +138,11 @@ async def test_charges_of_several_windows_and_keys_in_one_batch(meter: Meter) ->
     assert (await meter.admit(ask(limits, key="bob"))).minute_tokens == 5
 
 
-async def test_the_ledger_sums_rows_and_answers_by_key_and_dates(meter: Meter) -> None:
-    def row(key: str, date: str, model: str = "coder", n: int = 1) -> UsageRow:
-        return UsageRow(key, date, model, "local", n, 100 * n, 50 * n, 10 * n, 3 * n)
+def row(key: str, date: str, model: str = "coder", n: int = 1, face: str = "responses") -> UsageRow:
+    return UsageRow(key, date, model, "local", face, n, 100 * n, 50 * n, 10 * n, 3 * n)
 
+
+async def test_the_ledger_sums_rows_and_answers_by_key_and_dates(meter: Meter) -> None:
     await meter.charge([], [row("alice", "2026-03-01"), row("bob", "2026-03-01"), row("alice", "2026-03-02")])
     await meter.charge([], [row("alice", "2026-03-01", n=2), row("alice", "2026-03-01", "codex")])
     alice = await meter.usage("alice", "2026-03-01", "2026-03-01")
@@ -155,8 +156,23 @@ async def test_the_ledger_sums_rows_and_answers_by_key_and_dates(meter: Meter) -
     assert [r.date for r in await meter.usage(None, "2026-01-01", "2026-12-31")] == ["2026-03-02"]
 
 
+async def test_rows_of_two_faces_stay_apart_and_each_sums_its_own(meter: Meter) -> None:
+    """The same key, route and upstream on one day, spoken to through two faces: two rows."""
+    await meter.charge([], [row("alice", "2026-03-01", face="messages"), row("alice", "2026-03-01")])
+    await meter.charge(
+        [], [row("alice", "2026-03-01", n=2, face="messages"), row("alice", "2026-03-01", n=4)]
+    )
+    await meter.charge([], [row("alice", "2026-03-01", face="chat"), row("alice", "2026-03-01", face="")])
+    assert await meter.usage("alice", "2026-03-01", "2026-03-01") == [
+        row("alice", "2026-03-01", face=""),  # a face not known sorts first
+        row("alice", "2026-03-01", face="chat"),
+        row("alice", "2026-03-01", n=3, face="messages"),
+        row("alice", "2026-03-01", n=5, face="responses"),
+    ]
+
+
 async def test_names_with_separators_survive_the_ledger(meter: Meter) -> None:
-    odd = UsageRow("a b:c", "2026-03-01", "m/o del%20", "up stream", 1, 2, 0, 3, 0)
+    odd = UsageRow("a b:c", "2026-03-01", "m/o del%20", "up stream", "fa ce%3A", 1, 2, 0, 3, 0)
     await meter.charge([], [odd])
     assert await meter.usage("a b:c", "2026-03-01", "2026-03-01") == [odd]
 

@@ -52,7 +52,9 @@ class Exchange:
         self.complete = False
         self.started = time.perf_counter()
         self.request_id = request_id
-        self.face = face  # which API the client spoke: responses, chat
+        # Which API the client spoke, and how: responses, responses-ws (over a WebSocket), chat,
+        # compact, messages (the usage ledger folds responses-ws into responses: server/keys/usage.py).
+        self.face = face
         self.model: str | None = None
         self.upstream: str | None = None
         self.status: int | None = None  # the HTTP status sent

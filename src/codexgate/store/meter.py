@@ -147,15 +147,21 @@ class Charge:
     tokens: int
 
 
+# The face of a ledger row written before the ledger recorded faces: not known.
+UNKNOWN_FACE = ""
+
+
 @dataclass(slots=True)
 class UsageRow:
     """One row of the ledger: a key's answered responses on one UTC date (YYYY-MM-DD), by the
-    route that answered and its upstream."""
+    route that answered, its upstream, and the face the client spoke (server/keys/usage.py
+    `ledger_face`: responses, chat, compact, messages; UNKNOWN_FACE for rows from before)."""
 
     key: str
     date: str
     model: str
     upstream: str
+    face: str
     requests: int = 0
     input_tokens: int = 0
     cached_tokens: int = 0
@@ -163,8 +169,8 @@ class UsageRow:
     reasoning_tokens: int = 0
 
     @property
-    def where(self) -> tuple[str, str, str, str]:
-        return (self.date, self.key, self.model, self.upstream)
+    def where(self) -> tuple[str, str, str, str, str]:
+        return (self.date, self.key, self.model, self.upstream, self.face)
 
     def counts(self) -> tuple[int, int, int, int, int]:
         return (self.requests, self.input_tokens, self.cached_tokens, self.output_tokens,
@@ -179,10 +185,11 @@ class UsageRow:
 
 
 COUNT_FIELDS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+ROW_FIELDS = ("key", "date", "model", "upstream", "face", *COUNT_FIELDS)  # a row as JSON, in order
 
 
 def sorted_rows(rows: Iterable[UsageRow]) -> list[UsageRow]:
-    """Rows in the order every implementation answers: by date, key, model, upstream."""
+    """Rows in the order every implementation answers: by date, key, model, upstream, face."""
     return sorted(rows, key=lambda row: row.where)
 
 
@@ -213,7 +220,7 @@ class Meter(Protocol):
 
     async def charge(self, charges: list[Charge], rows: list[UsageRow]) -> None:
         """Add spent tokens to the keys' windows (`KeyState.charged`) and rows to the ledger
-        (summed into the row of the same date, key, model and upstream), together."""
+        (summed into the row of the same date, key, model, upstream and face), together."""
         ...
 
     async def usage(self, key: str | None, start: str, end: str) -> list[UsageRow]:
@@ -232,7 +239,7 @@ class MemoryMeter:
 
     states: dict[str, KeyState] = field(default_factory=dict)
     leases: dict[str, dict[str, float]] = field(default_factory=dict)
-    ledger: dict[tuple[str, str, str, str], UsageRow] = field(default_factory=dict)
+    ledger: dict[tuple[str, str, str, str, str], UsageRow] = field(default_factory=dict)
 
     async def open(self) -> None:
         return None

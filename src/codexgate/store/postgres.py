@@ -8,15 +8,21 @@ for the secret.
 Puts are group-committed like SQLite's: while one transaction is in flight, the puts that
 arrive wait together and go in the next one, a single multi-row upsert (rows sorted by key, so
 two gateways writing the same records lock them in the same order and never deadlock).
+
+Schema changes are migrations (`migrate`), as in the SQLite store: forward only, each named and
+recorded in `codexgate_migrations` in the transaction that applies it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from codexgate.redact import redact_url
 from codexgate.store.base import (
@@ -55,6 +61,32 @@ CREATE TABLE IF NOT EXISTS codexgate_items (
 CREATE INDEX IF NOT EXISTS codexgate_items_by_response ON codexgate_items (owner, response_id);
 CREATE TABLE IF NOT EXISTS codexgate_meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
 """
+
+
+_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS codexgate_migrations (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)
+"""
+
+
+async def migrate(
+    conn: asyncpg.Connection[Any] | PoolConnectionProxy[Any], migrations: Sequence[tuple[str, str]]
+) -> list[str]:
+    """Apply, in order, each of `migrations` (its name, recorded once applied and never reused;
+    its SQL) the database has not recorded yet, and record it. The caller holds a transaction
+    and an advisory lock, so two gateways opening the database at once apply each once. Returns
+    the names applied. Raises what asyncpg raises (the transaction undoes it all)."""
+    await conn.execute(_MIGRATIONS_TABLE)
+    done = {row[0] for row in await conn.fetch("SELECT name FROM codexgate_migrations")}
+    applied: list[str] = []
+    for name, sql in migrations:
+        if name in done:
+            continue
+        await conn.execute(sql)
+        await conn.execute(
+            "INSERT INTO codexgate_migrations (name, applied_at) VALUES ($1, $2)", name, time.time()
+        )
+        applied.append(name)
+    return applied
 
 
 _UPSERT = f"""

@@ -10,22 +10,28 @@ for the WAL's flush (some 250 us each), and a server that crashes loses at most 
 fraction of a second of them (counts of the current minute, leases that expire anyway). A charge
 is one upsert of the keys' windows (meter.KeyState.charged in SQL) and one of the ledger, in
 one transaction, through the store's own pool: written durably, as the stored responses.
+
+The tables are made and changed by the migrations in MIGRATIONS (store/postgres.py `migrate`),
+when the meter opens; the admission function is replaced then.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import Any
 
 import asyncpg
 
 from codexgate.store.meter import Admit, Charge, UsageRow, Verdict
+from codexgate.store.postgres import PostgresStore, migrate
 
-if TYPE_CHECKING:
-    from codexgate.store.postgres import PostgresStore
+log = logging.getLogger("codexgate.store")
 
 _LOCK = 0x636F6465786762  # an advisory lock id: two gateways creating the tables at once wait
 
-_SCHEMA = """
+# The meter's tables as first released (IF NOT EXISTS: a database made by a release before
+# migrations has them already, and only the record is added).
+_TABLES = """
 CREATE TABLE IF NOT EXISTS codexgate_key_state (
     key TEXT PRIMARY KEY, minute BIGINT NOT NULL DEFAULT 0,
     minute_requests BIGINT NOT NULL DEFAULT 0, minute_tokens BIGINT NOT NULL DEFAULT 0,
@@ -40,6 +46,24 @@ CREATE TABLE IF NOT EXISTS codexgate_usage (
     output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
     PRIMARY KEY (date, key, model, upstream)
 );
+"""
+
+# The face becomes part of a row's key; the rows already there were written before the ledger
+# recorded it: '' (meter.UNKNOWN_FACE).
+_USAGE_FACE = """
+ALTER TABLE codexgate_usage ADD COLUMN face TEXT NOT NULL DEFAULT '';
+ALTER TABLE codexgate_usage DROP CONSTRAINT codexgate_usage_pkey;
+ALTER TABLE codexgate_usage ADD PRIMARY KEY (date, key, model, upstream, face);
+"""
+
+# Forward only (store/postgres.py `migrate`): a change to the meter's tables is a new line here.
+MIGRATIONS = (
+    ("meter_tables", _TABLES),
+    ("usage_face", _USAGE_FACE),
+)
+
+# Code, not data: replaced at every open, so that a gateway runs the rules it was released with.
+_FUNCTIONS = """
 CREATE OR REPLACE FUNCTION codexgate_admit(
     k TEXT, now_s DOUBLE PRECISION, minute_n BIGINT, day_n BIGINT, rpm BIGINT, tpm BIGINT, tpd BIGINT,
     maxc BIGINT, lease_id TEXT, lease_until DOUBLE PRECISION
@@ -104,10 +128,11 @@ ON CONFLICT (key) DO UPDATE SET
 """
 
 _ADD_USAGE = """
-INSERT INTO codexgate_usage AS u
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
-                     $7::bigint[], $8::bigint[], $9::bigint[])
-ON CONFLICT (date, key, model, upstream) DO UPDATE SET
+INSERT INTO codexgate_usage AS u (date, key, model, upstream, face, requests, input_tokens,
+                                  cached_tokens, output_tokens, reasoning_tokens)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+ON CONFLICT (date, key, model, upstream, face) DO UPDATE SET
     requests = u.requests + excluded.requests, input_tokens = u.input_tokens + excluded.input_tokens,
     cached_tokens = u.cached_tokens + excluded.cached_tokens,
     output_tokens = u.output_tokens + excluded.output_tokens,
@@ -115,9 +140,10 @@ ON CONFLICT (date, key, model, upstream) DO UPDATE SET
 """
 
 _USAGE = """
-SELECT key, date, model, upstream, requests, input_tokens, cached_tokens, output_tokens, reasoning_tokens
+SELECT key, date, model, upstream, face, requests, input_tokens, cached_tokens, output_tokens,
+       reasoning_tokens
 FROM codexgate_usage WHERE date >= $1 AND date <= $2 AND ($3::text IS NULL OR key = $3)
-ORDER BY date COLLATE "C", key COLLATE "C", model COLLATE "C", upstream COLLATE "C"
+ORDER BY date COLLATE "C", key COLLATE "C", model COLLATE "C", upstream COLLATE "C", face COLLATE "C"
 """
 
 
@@ -147,7 +173,10 @@ class PostgresMeter:
         with self._store._errors("reach"):
             async with self._store._db.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
-                await conn.execute(_SCHEMA)
+                applied = await migrate(conn, MIGRATIONS)
+                await conn.execute(_FUNCTIONS)
+            for name in applied:
+                log.info("the PostgreSQL store: migration %s applied", name)
             if self._quick is None:
                 self._quick = await asyncpg.create_pool(
                     self._store.dsn, min_size=1, max_size=10, timeout=10, command_timeout=60,

@@ -5,7 +5,9 @@ Keys, under the store's prefix (a key name percent-quoted):
     k:{key}     hash m, mr, mt, d, dt: the window and its requests and tokens, the day and its
                 tokens (KeyState), expiring two days after its last change
     l:{key}     sorted set of leases by the time they expire
-    u:{date}    hash "{key} {model} {upstream} {n}" -> count n of the date's row (COUNT_FIELDS)
+    u:{date}    hash "{key} {model} {upstream} {face} {n}" -> count n of the date's row
+                (COUNT_FIELDS); a field written before the ledger recorded faces has no
+                "{face}" and is read as a row of meter.UNKNOWN_FACE
     u           sorted set of the dates that have a ledger hash, by day number (what reads and
                 prunes walk)
 
@@ -22,6 +24,7 @@ from urllib.parse import quote, unquote
 from codexgate.store.meter import (
     COUNT_FIELDS,
     DAY_SECONDS,
+    UNKNOWN_FACE,
     Admit,
     Charge,
     UsageRow,
@@ -149,7 +152,7 @@ class RedisMeter:
 
     def _add_row(self, pipe: Any, row: UsageRow) -> None:
         ledger = f"{self._prefix}u:{row.date}"
-        where = " ".join(quote(part, safe="") for part in (row.key, row.model, row.upstream))
+        where = " ".join(quote(part, safe="") for part in (row.key, row.model, row.upstream, row.face))
         for n, count in enumerate(row.counts()):
             if count:
                 pipe.hincrby(ledger, f"{where} {n}", count)
@@ -166,15 +169,19 @@ class RedisMeter:
                 for date in dates:
                     pipe.hgetall(f"{self._prefix}u:{date}")
                 ledgers = await pipe.execute()
-        rows: dict[tuple[str, str, str, str], UsageRow] = {}
+        rows: dict[tuple[str, str, str, str, str], UsageRow] = {}
         for date, ledger in zip(dates, ledgers, strict=True):
             for name, value in ledger.items():
-                row_key, model, upstream, n = (unquote(part) for part in _text(name).split(" "))
+                parts = [unquote(part) for part in _text(name).split(" ")]
+                if len(parts) == 4:  # written before faces: "{key} {model} {upstream} {n}"
+                    parts.insert(3, UNKNOWN_FACE)
+                row_key, model, upstream, face, n = parts
                 if key is not None and row_key != key:
                     continue
-                where = (date, row_key, model, upstream)
-                row = rows.setdefault(where, UsageRow(row_key, date, model, upstream))
-                setattr(row, COUNT_FIELDS[int(n)], int(value))
+                where = (date, row_key, model, upstream, face)
+                row = rows.setdefault(where, UsageRow(row_key, date, model, upstream, face))
+                count = COUNT_FIELDS[int(n)]
+                setattr(row, count, getattr(row, count) + int(value))  # an old field and a new one
         return sorted_rows(rows.values())
 
     async def prune(self, before: str) -> None:

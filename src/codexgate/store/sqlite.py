@@ -13,6 +13,10 @@ of `Store.put`, which resolves only after the commit holding its record.
 Several processes may share the file: `busy_timeout` makes a writer wait for another
 process's transaction instead of failing, and the secret is created with INSERT OR IGNORE
 inside a write transaction, so every process reads the same one.
+
+Schema changes are migrations (`migrate`): forward only, each named and recorded in the table
+`migrations` when applied, in the write transaction that applies it, so that of several
+processes opening the file at once one applies it and the others find it done.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -93,6 +97,32 @@ WITH RECURSIVE chain(depth, rid, prev) AS (
 )
 SELECT {RECORD_COLUMNS} FROM chain JOIN responses USING (rid) ORDER BY depth DESC
 """
+
+
+# A schema change: its name (recorded once applied: never renamed, changed or reused; a change
+# to it is a new migration) and what it does on the writer's connection, in its transaction.
+Migration = tuple[str, Callable[[sqlite3.Connection], None]]
+
+_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL) WITHOUT ROWID"
+)
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> list[str]:
+    """Apply, in order, each of `migrations` the file has not recorded yet, and record it. Run
+    inside a write transaction (the writer's: `SqliteStore._write`), which makes the check and
+    the change one step for every process. Returns the names applied. Raises sqlite3.Error
+    (the transaction's caller undoes it all)."""
+    conn.execute(_MIGRATIONS_TABLE)
+    done = {name for (name,) in conn.execute("SELECT name FROM migrations")}
+    applied: list[str] = []
+    for name, change in migrations:
+        if name in done:
+            continue
+        change(conn)
+        conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
+        applied.append(name)
+    return applied
 
 
 def default_path() -> Path:

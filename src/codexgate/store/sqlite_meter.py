@@ -10,21 +10,27 @@ it (busy_timeout) and shares its commit with whatever else it had pending: the e
 waits for a lock. That connection never checkpoints (wal_autocheckpoint = 0): the writer
 thread's commits do, as the usage written every second, so the loop never waits on an fsync.
 Reads of the ledger run on the store's readers.
+
+The tables are made and changed by the migrations in MIGRATIONS (store/sqlite.py `migrate`),
+when the meter opens.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from codexgate.store.base import StoreError
 from codexgate.store.meter import Admit, Charge, KeyState, UsageRow, Verdict, decide
+from codexgate.store.sqlite import Migration, SqliteStore, migrate
 
-if TYPE_CHECKING:
-    from codexgate.store.sqlite import SqliteStore
+log = logging.getLogger("codexgate.store")
 
-_SCHEMA = (
+# The meter's tables as first released (CREATE ... IF NOT EXISTS: a file made by a release
+# before migrations has them already, and only the record is added).
+_TABLES = (
     """CREATE TABLE IF NOT EXISTS key_state (
         key TEXT PRIMARY KEY, minute INTEGER NOT NULL, minute_requests INTEGER NOT NULL,
         minute_tokens INTEGER NOT NULL, day INTEGER NOT NULL, day_tokens INTEGER NOT NULL
@@ -40,6 +46,38 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
 )
 
+_USAGE_WITH_FACE = """CREATE TABLE usage_with_face (
+    date TEXT NOT NULL, key TEXT NOT NULL, model TEXT NOT NULL, upstream TEXT NOT NULL, face TEXT NOT NULL,
+    requests INTEGER NOT NULL, input_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+    PRIMARY KEY (date, key, model, upstream, face)
+) WITHOUT ROWID"""
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    for statement in _TABLES:  # one by one: executescript would commit the writer's transaction
+        conn.execute(statement)
+
+
+def _usage_face(conn: sqlite3.Connection) -> None:
+    """The face becomes part of a row's key. SQLite cannot change a primary key in place: the
+    rows move to a table that has it, with the face not known, '' (meter.UNKNOWN_FACE: they
+    were written before)."""
+    conn.execute(_USAGE_WITH_FACE)
+    conn.execute(
+        "INSERT INTO usage_with_face SELECT date, key, model, upstream, '', requests, input_tokens,"
+        " cached_tokens, output_tokens, reasoning_tokens FROM usage"
+    )
+    conn.execute("DROP TABLE usage")
+    conn.execute("ALTER TABLE usage_with_face RENAME TO usage")
+
+
+# Forward only (store/sqlite.py `migrate`): a change to the meter's tables is a new line here.
+MIGRATIONS: tuple[Migration, ...] = (
+    ("meter_tables", _create_tables),
+    ("usage_face", _usage_face),
+)
+
 _STATE_COLUMNS = "minute, minute_requests, minute_tokens, day, day_tokens"
 _SAVE_STATE = (
     f"INSERT INTO key_state (key, {_STATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE"
@@ -47,14 +85,16 @@ _SAVE_STATE = (
     " minute_tokens = excluded.minute_tokens, day = excluded.day, day_tokens = excluded.day_tokens"
 )
 _ADD_USAGE = (
-    "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (date, key, model, upstream) DO UPDATE"
+    "INSERT INTO usage (date, key, model, upstream, face, requests, input_tokens, cached_tokens,"
+    " output_tokens, reasoning_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (date, key, model, upstream, face) DO UPDATE"
     " SET requests = requests + excluded.requests, input_tokens = input_tokens + excluded.input_tokens,"
     " cached_tokens = cached_tokens + excluded.cached_tokens,"
     " output_tokens = output_tokens + excluded.output_tokens,"
     " reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens"
 )
 _USAGE = (
-    "SELECT key, date, model, upstream, requests, input_tokens, cached_tokens, output_tokens,"
+    "SELECT key, date, model, upstream, face, requests, input_tokens, cached_tokens, output_tokens,"
     " reasoning_tokens FROM usage"
 )
 
@@ -80,11 +120,9 @@ class SqliteMeter:
         self._now: sqlite3.Connection | None = None  # the event loop's own, for writes that need no wait
 
     async def open(self) -> None:
-        def create(conn: sqlite3.Connection) -> None:
-            for statement in _SCHEMA:  # one by one: executescript would commit the writer's transaction
-                conn.execute(statement)
-
-        await self._store._write(create)
+        applied = await self._store._write(lambda conn: migrate(conn, MIGRATIONS))
+        for name in applied:
+            log.info("the SQLite store at %s: migration %s applied", self._store.path, name)
         if self._now is None:
             conn = sqlite3.connect(self._store.path, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 0")  # a lock held elsewhere: the writer thread waits
@@ -164,7 +202,7 @@ class SqliteMeter:
         def usage(conn: sqlite3.Connection) -> list[UsageRow]:
             where = "date >= ? AND date <= ?" + ("" if key is None else " AND key = ?")
             params = (start, end) if key is None else (start, end, key)
-            order = " ORDER BY date, key, model, upstream"
+            order = " ORDER BY date, key, model, upstream, face"
             return [UsageRow(*row) for row in conn.execute(f"{_USAGE} WHERE {where}{order}", params)]
 
         return await self._store._read(usage)

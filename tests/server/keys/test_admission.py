@@ -294,7 +294,9 @@ async def test_usage_rows_hold_what_the_upstream_reported(tmp_path: Path) -> Non
         bad_date = await http.get("/v1/usage?start_date=March", headers=as_(ALICE))
     row = {"date": "2026-03-01", "upstream": "local", "input_tokens": 2400, "cached_tokens": 2000,
            "output_tokens": 600, "reasoning_tokens": 240}  # fmt: skip
-    assert own == {"object": "list", "data": [{**row, "key": "alice", "model": "coder", "requests": 2}]}
+    assert own == {
+        "object": "list", "data": [{**row, "key": "alice", "model": "coder", "face": "responses", "requests": 2}]
+    }  # fmt: skip
     assert [(r["key"], r["model"], r["requests"]) for r in everyone["data"]] == [
         ("alice", "coder", 2),
         ("bob", "other", 1),
@@ -303,6 +305,40 @@ async def test_usage_rows_hold_what_the_upstream_reported(tmp_path: Path) -> Non
     assert not_admin.status_code == 403 and error_of(not_admin)["code"] == "admin_key_required"
     assert error_of(not_admin)["type"] == "invalid_request_error"
     assert bad_date.status_code == 400 and error_of(bad_date)["param"] == "start_date"
+
+
+async def test_each_face_adds_to_a_row_of_its_own(tmp_path: Path) -> None:
+    """One key, route, upstream and day, a request on each face: a row per face. A Responses
+    turn over a WebSocket is counted as one over HTTP (the ledger names the API spoken)."""
+    import orjson
+    from websockets.asyncio.client import connect
+
+    usage = Usage(prompt_tokens=100, completion_tokens=10)
+    user = [{"role": "user", "content": "hi"}]
+    async with gateway(tmp_path, keys(), lambda body: ChatReply(text="a", usage=usage)) as (http, app):
+        statuses = [
+            (await http.post(path, json=body, headers=as_(ALICE))).status_code
+            for path, body in (
+                ("/v1/responses", ask()),
+                ("/v1/chat/completions", {"model": "coder", "messages": user}),
+                ("/v1/responses/compact", ask()),
+                ("/v1/messages", {"model": "coder", "max_tokens": 100, "messages": user}),
+            )
+        ]
+        async with arun_asgi_server(app, same_loop=True, lifespan="off") as url:
+            socket_url = url.replace("http://", "ws://") + "/v1/responses"
+            async with connect(socket_url, additional_headers=as_(ALICE)) as ws:
+                await ws.send(orjson.dumps({"type": "response.create", **ask()}).decode())
+                while orjson.loads(await asyncio.wait_for(ws.recv(), 10))["type"] != "response.completed":
+                    pass
+        rows = (await http.get("/v1/usage", headers=as_(ALICE))).json()["data"]
+    assert statuses == [200, 200, 200, 200]
+    assert [(r["face"], r["model"], r["upstream"], r["requests"], r["input_tokens"]) for r in rows] == [
+        ("chat", "coder", "local", 1, 100),
+        ("compact", "coder", "local", 1, 100),
+        ("messages", "coder", "local", 1, 100),
+        ("responses", "coder", "local", 2, 200),
+    ]
 
 
 class Flaky(MemoryMeter):

@@ -1,7 +1,7 @@
 """`codexgate usage`: the usage ledger (store/meter.py) as a table, read from the store the
 gateway writes it to (the same settings as `serve`: --config, --store, --store-path,
---store-url): one row per key, UTC day, route and upstream, with a total, or the rows as JSON
-(those of GET /v1/usage). Every key's, or one's with --key.
+--store-url): one row per key, UTC day, route, upstream and face, with a total, or the rows as
+JSON (those of GET /v1/usage). Every key's, or one's with --key.
 
 A gateway writes what its answers spent within a second; rows of a gateway running with
 `store = "none"` live in its process only, so only its GET /v1/usage can tell them.
@@ -21,10 +21,11 @@ from codexgate.app import response_store
 from codexgate.config import ConfigError, Settings
 from codexgate.store import meter_of
 from codexgate.store.base import StoreError
-from codexgate.store.meter import COUNT_FIELDS, UsageRow
+from codexgate.store.meter import COUNT_FIELDS, ROW_FIELDS, UsageRow
 
 DEFAULT_DAYS = 30
-_HEADINGS = ("date", "key", "model", "upstream", "requests", "input", "cached", "output", "reasoning")
+_HEADINGS = ("date", "key", "model", "upstream", "face", "requests", "input", "cached", "output", "reasoning")
+_NAMES = len(_HEADINGS) - len(COUNT_FIELDS)  # the columns that name the row, left-aligned
 
 
 def run_usage(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -37,8 +38,7 @@ def run_usage(settings: Settings, args: argparse.Namespace, out: TextIO | None =
         raise ConfigError(f"--start-date {start} is after --end-date {end}")
     rows = asyncio.run(_read(settings, args.key, start.isoformat(), end.isoformat()))
     if args.json:
-        data = [{name: getattr(row, name) for name in ("key", "date", "model", "upstream", *COUNT_FIELDS)}
-                for row in rows]  # fmt: skip
+        data = [{name: getattr(row, name) for name in ROW_FIELDS} for row in rows]
         out.write(orjson.dumps({"object": "list", "data": data}, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     if not rows:
@@ -76,15 +76,18 @@ async def _read(settings: Settings, key: str | None, start: str, end: str) -> li
 
 
 def table(rows: list[UsageRow]) -> str:
-    """The rows, numbers right-aligned, and a total line."""
-    lines = [[row.date, row.key or "(no key)", row.model, row.upstream, *map(str, row.counts())]
-             for row in rows]  # fmt: skip
+    """The rows, numbers right-aligned, and a total line. A row written before the ledger
+    recorded faces shows its face as "(unknown)"."""
+    lines = [[row.date, row.key or "(no key)", row.model, row.upstream, row.face or "(unknown)",
+              *map(str, row.counts())] for row in rows]  # fmt: skip
     totals = [sum(row.counts()[n] for row in rows) for n in range(len(COUNT_FIELDS))]
-    total = ["total", "", "", "", *map(str, totals)]
+    total = ["total", *[""] * (_NAMES - 1), *map(str, totals)]
     widths = [max(len(cells[n]) for cells in [list(_HEADINGS), *lines, total]) for n in range(len(_HEADINGS))]
 
     def line(cells: list[str]) -> str:
-        placed = [cell.ljust(widths[n]) if n < 4 else cell.rjust(widths[n]) for n, cell in enumerate(cells)]
+        placed = [
+            cell.ljust(widths[n]) if n < _NAMES else cell.rjust(widths[n]) for n, cell in enumerate(cells)
+        ]
         return "  ".join(placed).rstrip() + "\n"
 
     rule = "  ".join("-" * w for w in widths) + "\n"

@@ -1,11 +1,12 @@
 """Usage: each answered response's tokens (input, cached, output, reasoning) and one request,
-added to the ledger per key, UTC day, route and upstream (store/meter.py), and the tokens to the
-key's windows for tokens_per_minute and tokens_per_day; and `GET /v1/usage`, which reads it.
+added to the ledger per key, UTC day, route, upstream and face (store/meter.py), and the tokens
+to the key's windows for tokens_per_minute and tokens_per_day; and `GET /v1/usage`, which reads
+it.
 
 The ledger's rows are not written per response: answers are summed in memory and written every
 FLUSH_SECONDS (one call for all that ended meanwhile), and at the end. A store that is down keeps
-them in memory until it answers again (the sums are per key, day, route and upstream: a few
-rows). The tokens of a key with a token limit are not batched: server/keys/admission.py charges them
+them in memory until it answers again (the sums are per key, day, route, upstream and face: a
+few rows). The tokens of a key with a token limit are not batched: server/keys/admission.py charges them
 to its windows as each answer ends, so that a budget holds for requests sent back to back.
 """
 
@@ -26,7 +27,15 @@ from codexgate.server.exchange import Exchange
 from codexgate.server.guard import API_KEY_NAME
 from codexgate.server.http_errors import send_json
 from codexgate.store.base import StoreError
-from codexgate.store.meter import COUNT_FIELDS, DAY_SECONDS, Charge, MemoryMeter, Meter, UsageRow
+from codexgate.store.meter import (
+    DAY_SECONDS,
+    ROW_FIELDS,
+    UNKNOWN_FACE,
+    Charge,
+    MemoryMeter,
+    Meter,
+    UsageRow,
+)
 
 log = logging.getLogger("codexgate.usage")
 
@@ -35,6 +44,21 @@ DEFAULT_DAYS = 30  # GET /v1/usage without start_date: the last 30 days
 ADMIN_REQUIRED = "admin_key_required"
 STORE_UNAVAILABLE = "store_unavailable"
 EVERY_KEY = "*"
+
+
+# The face of an exchange (server/exchange.py) as the ledger names it. The ledger says which API
+# a key's clients spoke, not how they reached it: a Responses turn over a WebSocket is one over
+# HTTP (the same requests, the same answers), and Codex moves between the two on its own (it
+# falls back to HTTP when a socket fails), which would split one client's day into two rows.
+# The live view and /metrics keep "responses-ws" apart, where the transport is what is asked.
+_LEDGER_FACES = {"responses-ws": "responses"}
+
+
+def ledger_face(face: str | None) -> str:
+    """The ledger's name for `face`: responses, chat, compact, messages."""
+    if not face:
+        return UNKNOWN_FACE
+    return _LEDGER_FACES.get(face, face)
 
 
 def utc_date(at: float) -> str:
@@ -68,7 +92,7 @@ class Ledger:
         self.window = window
         self.clock = clock
         self._fallback = fallback  # while the store is down: the meter counting in the process
-        self.rows: dict[tuple[str, str, str, str], UsageRow] = {}
+        self.rows: dict[tuple[str, str, str, str, str], UsageRow] = {}
         self.charges: dict[tuple[str, int, int], int] = {}
         self._flush: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
@@ -77,12 +101,12 @@ class Ledger:
         self._pruned_on = ""  # rows older than keep_days are dropped once a day, at a write
 
     def record(self, exchange: Exchange, key: str, route: str, charged: bool) -> int:
-        """An answered response of `key`: its row, and its tokens (returned) charged to the key's
-        windows with the next write when `charged`."""
+        """An answered response of `key`: its row (by the face the client spoke, `ledger_face`),
+        and its tokens (returned) charged to the key's windows with the next write when `charged`."""
         usage = exchange.usage or {}
         now = self.clock()
         added = UsageRow(
-            key, utc_date(now), route[:200], (exchange.upstream or "")[:200], 1,
+            key, utc_date(now), route[:200], (exchange.upstream or "")[:200], ledger_face(exchange.face), 1,
             _count(usage.get("input_tokens")),
             _count((usage.get("input_tokens_details") or {}).get("cached_tokens")),
             _count(usage.get("output_tokens")),
@@ -191,8 +215,7 @@ class UsageRoute:
                 )  # fmt: skip
             key = None if asked == EVERY_KEY else asked
         rows = await self.read(key, start, end)
-        data = [{name: getattr(row, name) for name in ("key", "date", "model", "upstream", *COUNT_FIELDS)}
-                for row in rows]  # fmt: skip
+        data = [{name: getattr(row, name) for name in ROW_FIELDS} for row in rows]
         await send_json(send, 200, {"object": "list", "data": data})
 
     async def read(self, key: str | None, start: str, end: str) -> list[UsageRow]:
