@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from codexgate.config import Settings, load_settings
 from codexgate.server.serve import connection_limits, uvicorn_config
 from tests.e2e.codex_cli import CodexRun, run_codex_in
 from tests.support.fake_upstream import FakeUpstream, Reply, text_reply, tool_calls_reply
+from tests.support.processes import wait_until
 from tests.support.servers import run_asgi_server
 
 pytestmark = pytest.mark.e2e
@@ -43,10 +43,8 @@ def secure_gateway(upstream: str, **limits: Any) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.005)
+        wait_until(lambda: server.started or not thread.is_alive(), 10, "the gateway did not start")
+        assert thread.is_alive(), "the gateway did not start"
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True

@@ -1,5 +1,6 @@
 """Processes in tests: a free port, a process gone or a condition met (each waited for under a
-deadline), a child stopped, and `codexgate serve` run as a subprocess.
+deadline: `wait_until` from sync code, `until` in a coroutine), a child stopped, and `codexgate
+serve` run as a subprocess.
 
     with serve_process("--upstream", upstream + "/v1", "--no-discover") as gw:
         httpx.get(gw.base + "/healthz")
@@ -104,6 +105,15 @@ def wait_until(check: Callable[[], bool], seconds: float = 20.0, what: str = "ti
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.01)
+
+
+async def until(check: Callable[[], bool], seconds: float = 20.0, what: str = "timed out") -> None:
+    """Until `check()` holds, polled every couple of milliseconds with the loop running on
+    meanwhile; fails the test with `what` after `seconds`. For what has no event to await."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.002)
 
 
 async def wait_for_exit(pid: int, timeout: float = 10.0) -> None:

@@ -3,13 +3,14 @@ other worker of the run is given, and waits on a condition under a deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
 import pytest
 
 from tests.support import processes
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import free_port, until, wait_until
 
 
 def ephemeral_low() -> int:
@@ -60,3 +61,11 @@ def test_wait_until_returns_once_the_condition_holds_and_fails_past_its_deadline
     wait_until(lambda: next(calls) == 3, seconds=5)
     with pytest.raises(AssertionError, match="never"):
         wait_until(lambda: False, seconds=0.05, what="never")
+
+
+async def test_until_lets_the_loop_run_and_fails_past_its_deadline() -> None:
+    done = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.01, done.set)
+    await until(done.is_set, seconds=5)
+    with pytest.raises(AssertionError, match="never"):
+        await until(lambda: False, seconds=0.05, what="never")
