@@ -77,7 +77,11 @@ def test_codex_runs_a_tool_turn_with_a_key_through_the_limited_server(tmp_path: 
             assert run.ok, run.describe()
             assert run.final_message == "The file says hello."
             assert len(fake.requests) == 2
-            refused = codex_with_key(tmp_path, gateway, "hi", "not-the-key-000", home="home2", timeout=60)
+            # Codex retries a 401 like a cut stream (five times, 6 s of backoff): once is enough here.
+            retry_once = ("-c", "model_providers.codexgate.stream_max_retries=1")
+            refused = codex_with_key(
+                tmp_path, gateway, "hi", "not-the-key-000", home="home2", timeout=60, extra_args=retry_once
+            )
             assert not refused.ok
             # Codex shows why: "unexpected status 401 Unauthorized: Incorrect API key provided."
             assert any("401" in e and "Incorrect API key" in e for e in refused.errors), refused.describe()
