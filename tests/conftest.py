@@ -1,6 +1,7 @@
 """Session-wide test setup: tests run side by side in worker processes (pytest-xdist, options
-in pyproject's addopts), each worker with a data home of its own; the install scripts run once
-per test run, in whichever worker needs them first; their progress reaches the terminal.
+in pyproject's addopts; how many `-n auto` starts is decided here), each worker with a data
+home of its own; the install scripts run once per test run, in whichever worker needs them
+first; their progress reaches the terminal.
 
 Building or fetching what the tests need takes a while on first use and pytest captures every
 test's output, so tests/support/scripts.py hands each progress line to the sink set here, which
@@ -48,6 +49,17 @@ def pytest_configure(config: pytest.Config) -> None:
                 reporter.write_line(line)
 
     set_progress_sink(show)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: half a worker more than one per core (three for two). Much of the suite's
+    time is waiting (Codex's backoff, a lingering upstream, a timeout running out), which a
+    further worker's tests fill (docs/testing.md has the figures).
+    PYTEST_XDIST_AUTO_NUM_WORKERS still says how many (xdist reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0))
+    return cores + (cores + 1) // 2
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

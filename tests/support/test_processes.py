@@ -4,6 +4,7 @@ other worker of the run is given, and waits on a condition under a deadline."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from pathlib import Path
 
@@ -69,3 +70,15 @@ async def test_until_lets_the_loop_run_and_fails_past_its_deadline() -> None:
     await until(done.is_set, seconds=5)
     with pytest.raises(AssertionError, match="never"):
         await until(lambda: False, seconds=0.05, what="never")
+
+
+def test_auto_starts_three_workers_for_two_cores_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.conftest import pytest_xdist_auto_num_workers
+
+    config = pytest.Config.__new__(pytest.Config)  # the hook does not read it
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    for cores, workers in ((1, 2), (2, 3), (4, 6), (8, 12)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert pytest_xdist_auto_num_workers(config) == workers
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")
+    assert pytest_xdist_auto_num_workers(config) is None  # xdist's own reading of it: 5
