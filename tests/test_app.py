@@ -13,6 +13,7 @@ from codexgate.app import build_app
 from codexgate.config import load_settings
 from tests.support.asgi_upstream import ASGIUpstreamTransport
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.processes import until
 
 
 class Lifespan:
@@ -76,10 +77,7 @@ async def test_at_start_each_upstream_gets_one_line_saying_whether_it_answers(
     lifespan = Lifespan(app)
     with caplog.at_level(logging.INFO, logger="codexgate"):
         assert (await lifespan.startup())["type"] == "lifespan.startup.complete"
-        for _ in range(100):
-            if sum("upstream '" in r.getMessage() for r in caplog.records) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: sum("upstream '" in r.getMessage() for r in caplog.records) >= 3, 5)
         await lifespan.shutdown()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream '")]
     assert "upstream 'good' (http://good.test/v1): reachable, 2 models: qwen3-coder, llama3" in lines

@@ -19,7 +19,7 @@ import uvloop
 from codexgate.backends.http.h1 import DefaultTransport, H1Response, H1Transport
 from codexgate.backends.http.transport import Body, BodyParts, HttpRequest, UpstreamResponse
 from codexgate.errors import UpstreamConnectError, UpstreamTimeout
-from tests.support.processes import free_port
+from tests.support.processes import free_port, until
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -250,11 +250,7 @@ async def test_a_connection_the_server_closed_while_idle_is_dropped_from_the_poo
     async with raw_server(one_then_close) as server, h1() as transport:
         response = await transport.open(post(server.url))
         assert await response.read() == b"once"
-        for _ in range(100):
-            if not transport._open:
-                break
-            await asyncio.sleep(0.01)
-        assert not transport._open
+        await until(lambda: not transport._open, 5, "the closed connection stayed in the pool")
 
 
 @on_both_loops
@@ -450,7 +446,7 @@ async def test_at_the_connection_limit_a_request_waits_for_a_free_connection() -
     async with raw_server(streams) as server, h1(max_connections=1) as transport:
         first = await transport.open(post(server.url))
         second = asyncio.create_task(transport.open(post(server.url)))
-        await asyncio.sleep(0.1)
+        await until(lambda: len(transport._waiters) == 1 or second.done(), 5)
         assert not second.done() and server.connections == 1
         await first.aclose()
         response = await asyncio.wait_for(second, 5)
@@ -470,7 +466,7 @@ async def test_a_waiter_woken_then_cancelled_passes_its_turn_on() -> None:
         holder = await transport.open(post(server.url))
         given_up = asyncio.create_task(transport.open(post(server.url)))
         waiting = asyncio.create_task(transport.open(post(server.url)))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(transport._waiters) == 2, 5)  # both wait for the one connection
         await holder.aclose()  # frees the slot: the first waiter is woken...
         given_up.cancel()  # ...and gives up before it runs
         response = await asyncio.wait_for(waiting, 5)
@@ -502,8 +498,8 @@ async def test_a_resting_answer_reads_nothing_then_goes_on_whole() -> None:
         conn = response._body.conn
         assert conn is not None and conn.transport is not None and conn.transport.is_reading()
         resting = asyncio.create_task(response.rest(0.1))
-        await asyncio.sleep(0.03)
-        assert not conn.transport.is_reading()
+        await until(lambda: not conn.transport.is_reading(), 5, "the connection was read while it rested")
+        assert not resting.done()
         await resting
         rest = b"".join([piece async for piece in chunks])
         await response.rest(10)  # the body is all in: returns at once
@@ -525,11 +521,8 @@ async def test_a_reader_far_behind_pauses_the_socket() -> None:
         assert isinstance(response, H1Response)
         conn = response._body.conn
         assert conn is not None and conn.transport is not None
-        for _ in range(100):
-            if not conn.transport.is_reading():
-                break
-            await asyncio.sleep(0.01)
-        assert not conn.transport.is_reading() and response._body._size < 2 * 256 * 1024
+        await until(lambda: not conn.transport.is_reading(), 5, "the flood was read on unbounded")
+        assert response._body._size < 2 * 256 * 1024
         assert await response.read() == big
 
 

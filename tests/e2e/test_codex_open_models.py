@@ -73,8 +73,10 @@ def test_without_upstream_usage_codex_still_gets_usage(tmp_path: Path) -> None:
 
 def test_a_looping_model_is_stopped_and_codex_says_why(tmp_path: Path) -> None:
     loop = "I'm sure you'll find them all to your liking.\n\n"
+    # One retry of the turn, not Codex's five (6 s of backoff): the retry is what this shows.
+    retry_once = ("-c", "model_providers.codexgate.stream_max_retries=1")
     with serving(lambda _: text_reply("Sure.\n\n" + loop * 3000, chunk_chars=8)) as (gateway, fake):
-        run = codex(tmp_path, gateway, "hello")
+        run = codex(tmp_path, gateway, "hello", *retry_once)
     assert not run.ok
     assert any(
         "codexgate stopped the model" in e and "find them all to your liking" in e for e in run.errors

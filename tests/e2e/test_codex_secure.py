@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from codexgate.config import Settings, load_settings
 from codexgate.server.serve import connection_limits, uvicorn_config
 from tests.e2e.codex_cli import CodexRun, run_codex_in
 from tests.support.fake_upstream import FakeUpstream, Reply, text_reply, tool_calls_reply
+from tests.support.processes import wait_until
 from tests.support.servers import run_asgi_server
 
 pytestmark = pytest.mark.e2e
@@ -43,10 +43,8 @@ def secure_gateway(upstream: str, **limits: Any) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.005)
+        wait_until(lambda: server.started or not thread.is_alive(), 10, "the gateway did not start")
+        assert thread.is_alive(), "the gateway did not start"
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
@@ -79,7 +77,11 @@ def test_codex_runs_a_tool_turn_with_a_key_through_the_limited_server(tmp_path: 
             assert run.ok, run.describe()
             assert run.final_message == "The file says hello."
             assert len(fake.requests) == 2
-            refused = codex_with_key(tmp_path, gateway, "hi", "not-the-key-000", home="home2", timeout=60)
+            # Codex retries a 401 like a cut stream (five times, 6 s of backoff): once is enough here.
+            retry_once = ("-c", "model_providers.codexgate.stream_max_retries=1")
+            refused = codex_with_key(
+                tmp_path, gateway, "hi", "not-the-key-000", home="home2", timeout=60, extra_args=retry_once
+            )
             assert not refused.ok
             # Codex shows why: "unexpected status 401 Unauthorized: Incorrect API key provided."
             assert any("401" in e and "Incorrect API key" in e for e in refused.errors), refused.describe()

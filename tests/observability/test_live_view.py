@@ -33,6 +33,7 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
+from tests.support.processes import until
 from tests.support.servers import arun_asgi_server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -118,7 +119,7 @@ async def settled_state(client: httpx.AsyncClient, headers: Mapping[str, str] | 
             state = (await client.get("/ui/state", headers=headers)).json()
             if not any(turn["live"] for turn in state["turns"]):
                 return state
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.002)
 
 
 def sse_events(text: str) -> list[tuple[str, Any]]:
@@ -223,9 +224,7 @@ async def test_events_stream_a_turn_while_it_streams_coalesced() -> None:
                     break
             assert answer is not None
             await answer
-        async with asyncio.timeout(DEADLINE):
-            while view._subscribers:  # the stream's end is noticed and the browser let go
-                await asyncio.sleep(0.01)
+        await until(lambda: not view._subscribers, DEADLINE, "the browser was not let go")
     kinds = [kind for kind, _ in seen]
     assert kinds[0] == "state" and len(seen[0][1]["turns"]) == 1
     assert kinds[1] == "started" and kinds[-1] == "finished"
@@ -311,20 +310,17 @@ async def test_a_slow_browser_gets_one_resync_instead_of_an_unbounded_queue() ->
     view = LiveView(Router(), queue_limit=8, heartbeat_seconds=60)
     browser = _Browser()
     stream = asyncio.create_task(view._events_route({}, browser.receive, browser.send))
+    await until(lambda: bool(view._subscribers), DEADLINE)
+    view.finished(_exchange(0))
+    await until(lambda: len(browser.frames) >= 2, DEADLINE)  # the writer is now stuck in send
+    for number in range(1, 100):
+        view.finished(_exchange(number))
+    (subscriber,) = view._subscribers
+    assert subscriber.behind and len(subscriber.pending) == 0
+    browser.reading.set()
+    await until(lambda: any(b"event: resync" in f for f in browser.frames), DEADLINE)
+    browser.left.set()
     async with asyncio.timeout(DEADLINE):
-        while not view._subscribers:
-            await asyncio.sleep(0)
-        view.finished(_exchange(0))
-        while len(browser.frames) < 2:  # the writer is now stuck in send
-            await asyncio.sleep(0.001)
-        for number in range(1, 100):
-            view.finished(_exchange(number))
-        (subscriber,) = view._subscribers
-        assert subscriber.behind and len(subscriber.pending) == 0
-        browser.reading.set()
-        while not any(b"event: resync" in f for f in browser.frames):
-            await asyncio.sleep(0.001)
-        browser.left.set()
         await stream
     resync = [f for f in browser.frames if f.startswith(b"event: resync")]
     assert len(resync) == 1 and len(orjson.loads(resync[0].split(b"data: ", 1)[1])["turns"]) == 100
@@ -336,10 +332,9 @@ async def test_close_ends_every_event_stream() -> None:
     browser = _Browser()
     browser.reading.set()
     stream = asyncio.create_task(view._events_route({}, browser.receive, browser.send))
+    await until(lambda: bool(view._subscribers), DEADLINE)
+    view.close()
     async with asyncio.timeout(DEADLINE):
-        while not view._subscribers:
-            await asyncio.sleep(0)
-        view.close()
         await stream
     assert browser.ended and browser.frames[0].startswith(b"event: state")
 

@@ -17,6 +17,7 @@ from codexgate.app import build_app
 from codexgate.config import Settings, load_settings
 from codexgate.server.serve import connection_limits, uvicorn_config
 from tests.support.asgi_upstream import ASGIUpstreamTransport
+from tests.support.processes import until
 
 BOUND = 5.0  # seconds any wait in these tests may take at most
 
@@ -44,7 +45,7 @@ class _App:
         elif path == "/stream":
             for _ in range(8):
                 await send({"type": "http.response.body", "body": b"tick\n", "more_body": True})
-                await asyncio.sleep(0.1)  # a slow model: the stream outlasts the head timeout
+                await asyncio.sleep(0.05)  # a slow model: the stream outlasts the head timeout
         await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -63,10 +64,8 @@ async def serving(
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        async with asyncio.timeout(BOUND):
-            while not server.started:
-                assert not task.done(), "uvicorn exited during startup"
-                await asyncio.sleep(0.005)
+        await until(lambda: server.started or task.done(), BOUND)
+        assert not task.done(), "uvicorn exited during startup"
         yield port, server
     finally:
         server.should_exit = True
@@ -222,9 +221,7 @@ async def test_idle_connections_beyond_the_cap_are_closed_oldest_first() -> None
             writer.write(request())
             assert await read_response(reader) == (200, b"ok")
             clients.append((reader, writer))
-        async with asyncio.timeout(BOUND):
-            while len(server.server_state.connections) > 3:
-                await asyncio.sleep(0.005)
+        await until(lambda: len(server.server_state.connections) <= 3, BOUND)
         for reader, _ in clients[:7]:
             assert await closed_by_server(reader)
         for reader, writer in clients[7:]:  # the newest stay usable (keep-alive)
@@ -260,16 +257,12 @@ async def test_past_max_connections_an_idle_one_makes_room_else_503() -> None:
             reader, writer = await connect(port)
             writer.write(request("/hold"))
             busy.append((reader, writer))
-        async with asyncio.timeout(BOUND):
-            while app.holding < 2:
-                await asyncio.sleep(0.005)
+        await until(lambda: app.holding >= 2, BOUND)
         # A fourth connection: the idle one is closed to make room, the new one is served.
         reader, writer = await connect(port)
         writer.write(request("/hold"))
         assert await closed_by_server(idle_reader)
-        async with asyncio.timeout(BOUND):
-            while app.holding < 3:
-                await asyncio.sleep(0.005)
+        await until(lambda: app.holding >= 3, BOUND)
         # A fifth: nothing is idle, so it is refused at once.
         extra_reader, extra_writer = await connect(port)
         status, body = await read_response(extra_reader)
@@ -283,12 +276,12 @@ async def test_past_max_connections_an_idle_one_makes_room_else_503() -> None:
 
 
 async def test_a_long_stream_and_keep_alive_reuse_outlast_the_head_timeout() -> None:
-    async with serving(_App(), header_timeout=0.2) as (port, _):
+    async with serving(_App(), header_timeout=0.1) as (port, _):
         reader, writer = await connect(port)
         for _ in range(2):  # the same connection, a turn after another
             writer.write(request("/stream"))
             status, body = await read_response(reader)
-            assert status == 200 and body.count(b"tick") == 8  # 0.8 s, four head timeouts
+            assert status == 200 and body.count(b"tick") == 8  # 0.4 s, four head timeouts
         writer.close()
 
 

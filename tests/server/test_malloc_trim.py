@@ -8,6 +8,26 @@ from typing import Any
 import pytest
 
 from codexgate.server import malloc_trim as memory
+from tests.support.processes import until
+
+
+class _Load:
+    """The gateway's load as give_back_memory reads it, counting its checks (each reads
+    `open_now` first), so a test can let some checks pass instead of some time."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.served = 0
+        self.checks = 0
+
+    def open_now(self) -> int:
+        self.checks += 1
+        return self.open
+
+    async def checked(self, times: int = 5) -> None:
+        """Until `times` more checks have run."""
+        wanted = self.checks + times
+        await until(lambda: self.checks >= wanted, what="give_back_memory stopped checking")
 
 
 async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
@@ -15,21 +35,20 @@ async def test_a_trim_follows_the_end_of_a_burst_and_none_follows_idleness(
 ) -> None:
     trims: list[int] = []
     monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
-    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.01)
-    load = {"open": 0, "served": 0, "resident": 100 * 2**20}
+    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.001)
+    load, resident = _Load(), {"now": 100 * 2**20}
     task = asyncio.create_task(
-        memory.give_back_memory(lambda: load["open"], lambda: load["served"], lambda: load["resident"])
+        memory.give_back_memory(load.open_now, lambda: load.served, lambda: resident["now"])
     )
     try:
-        await asyncio.sleep(0.05)
+        await load.checked()
         assert trims == []  # nothing served: nothing to give back
-        load.update(open=100, served=100, resident=130 * 2**20)  # the burst's pages
-        await asyncio.sleep(0.05)
+        load.open, load.served, resident["now"] = 100, 100, 130 * 2**20  # the burst's pages
+        await load.checked()
         assert trims == []  # a steady load: no trim before TRIM_AT_LEAST_EVERY
-        load.update(open=10, served=120)  # the burst ended
-        await asyncio.sleep(0.05)
-        assert trims == [0]
-        await asyncio.sleep(0.05)
+        load.open, load.served = 10, 120  # the burst ended
+        await until(lambda: trims == [0], what="no trim after the burst")
+        await load.checked()
         assert trims == [0]  # nothing new served since
     finally:
         task.cancel()
@@ -39,8 +58,8 @@ async def test_no_trim_follows_turns_that_left_little_to_give_back(monkeypatch: 
     """A quiet gateway: each turn opens one stream, then none (the burst rule holds every
     time), and reuses the pages the last one freed: trimming them would cost it the faults."""
     trims: list[int] = []
-    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.01)
-    load = {"open": 0, "served": 0}
+    monkeypatch.setattr(memory, "CHECK_INTERVAL", 0.001)
+    load = _Load()
     size = {"now": 100 * 2**20}
 
     def resident() -> int:
@@ -52,25 +71,22 @@ async def test_no_trim_follows_turns_that_left_little_to_give_back(monkeypatch: 
         return 1
 
     monkeypatch.setattr(memory, "_malloc_trim", lambda: trim)
-    task = asyncio.create_task(
-        memory.give_back_memory(lambda: load["open"], lambda: load["served"], resident)
-    )
+    task = asyncio.create_task(memory.give_back_memory(load.open_now, lambda: load.served, resident))
     try:
         for turn in range(1, 6):  # each turn a little more resident, not GROWTH_TO_TRIM
-            load.update(open=1, served=turn)
+            load.open, load.served = 1, turn
             size["now"] += 2**20
-            await asyncio.sleep(0.03)
-            load.update(open=0)
-            await asyncio.sleep(0.03)
+            await load.checked(3)
+            load.open = 0
+            await load.checked(3)
         assert trims == []
         size["now"] += memory.GROWTH_TO_TRIM  # now a burst's worth
-        load.update(served=6)
-        await asyncio.sleep(0.05)
-        assert trims == [0]
+        load.served = 6
+        await until(lambda: trims == [0], what="no trim after a burst's growth")
         # Measured from what it held after that trim: growing a little again is no reason.
         size["now"] += 2**20
-        load.update(served=7)
-        await asyncio.sleep(0.05)
+        load.served = 7
+        await load.checked()
         assert trims == [0]
     finally:
         task.cancel()

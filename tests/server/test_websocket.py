@@ -123,10 +123,7 @@ async def test_a_connection_closed_while_a_tail_is_read_cuts_it(tmp_path: Path) 
     async with gateway(tmp_path) as (url, fake):
         async with connect(url) as ws:
             first = await turn(ws, input=[user("linger")])
-        for _ in range(100):  # bounded: well before the [DONE], 1.5 s late
-            if fake.disconnects:
-                break
-            await asyncio.sleep(0.01)
+        await fake.wait_for_disconnects(1, timeout=1.0)  # well before the [DONE], 1.5 s late
     assert answer(first) == "lingered"
     assert fake.disconnects == 1
 
@@ -273,8 +270,5 @@ async def test_a_client_that_leaves_mid_answer_cancels_the_upstream_request(tmp_
             await ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "slow"}).decode())
             first = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
             assert first["type"] == "response.created"
-        for _ in range(100):  # bounded: the upstream sees the gateway hang up
-            if fake.disconnects:
-                break
-            await asyncio.sleep(0.05)
+        await fake.wait_for_disconnects(1)  # the upstream sees the gateway hang up
     assert fake.disconnects == 1

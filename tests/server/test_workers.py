@@ -50,7 +50,7 @@ class Tree:
             if len(found) > after:
                 return found[after]
             assert self.process.poll() is None, self.text()
-            time.sleep(0.05)
+            time.sleep(0.01)
         raise AssertionError(f"no {pattern!r} in the log:\n{self.text()}")
 
     def workers(self) -> dict[str, int]:
@@ -191,7 +191,7 @@ def test_two_workers_on_the_sqlite_store_admit_exactly_a_keys_requests_per_minut
             rows = k.usage_of(base, k.BOB, "?key=alice")  # each worker writes its usage within a second
             deadline = time.monotonic() + BOUND
             while (not rows or rows[0]["requests"] < 6) and time.monotonic() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.05)
                 rows = k.usage_of(base, k.BOB, "?key=alice")
     assert [(r["requests"], r["input_tokens"], r["output_tokens"]) for r in rows] == [
         (6, 6 * k.USAGE.prompt_tokens, 6 * k.USAGE.completion_tokens)

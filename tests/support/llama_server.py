@@ -134,7 +134,7 @@ def run_llama_server(n_ctx: int = 4096, *extra: str) -> Iterator[LlamaServer]:
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"the llama.cpp server did not become healthy in 120 s: {_tail(log)}")
-            time.sleep(0.2)
+            time.sleep(0.05)
         yield LlamaServer(base_url=root + "/v1", root=root, n_ctx=n_ctx)
     finally:
         stop(proc)

@@ -1,5 +1,6 @@
 """Processes in tests: a free port, a process gone or a condition met (each waited for under a
-deadline), a child stopped, and `codexgate serve` run as a subprocess.
+deadline: `wait_until` from sync code, `until` in a coroutine), a child stopped, and `codexgate
+serve` run as a subprocess.
 
     with serve_process("--upstream", upstream + "/v1", "--no-discover") as gw:
         httpx.get(gw.base + "/healthz")
@@ -10,7 +11,9 @@ deadline), a child stopped, and `codexgate serve` run as a subprocess.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import re
 import socket
 import subprocess
@@ -22,19 +25,70 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codexgate.backends.discovery import LOCAL_SERVERS
+
 STARTUP_SECONDS = 30.0
 # uvicorn's line once it serves, or under --workers the supervisor's (its socket is listening:
 # a connection waits for a worker to take it)
 RUNNING_ON = re.compile(r"running on (http://\S+)|\d+ workers on (\S+:\d+)", re.IGNORECASE)
 
 
+# Ports free_port() hands out lie below the kernel's ephemeral range (where port 0 and outgoing
+# connections get theirs) from this floor up, split between the run's workers.
+PORT_FLOOR = 10000
+
+
 def free_port() -> int:
     """A loopback port free right now, for a server that cannot bind port 0 and report it back
-    (or a port meant to stay closed)."""
+    (or a port meant to stay closed).
+
+    The tests run in several workers at once (pytest-xdist), each starting servers: a port the
+    kernel picked and that was closed again could be picked again for another worker's server
+    (or a connection) before this one's binds it. So the port comes from below the ephemeral
+    range, which the kernel never picks from, out of a slice of that space of this worker's own
+    (PYTEST_XDIST_WORKER), taken in turn from a random start (other test runs on the machine
+    start elsewhere), skipping any port in use and those `serve` looks for model servers on.
+    Without room below the ephemeral range: one the kernel picks."""
+    global _ports
+    if _ports is None:
+        _ports = _worker_ports()
+    for port in itertools.islice(_ports, 1000):
+        if port in _LOOKED_FOR:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or lingering in TIME_WAIT: the next
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        picked: int = sock.getsockname()[1]
+        return picked
+
+
+_ports: Iterator[int] | None = None
+# Where `serve` looks for a local model server (Ollama's 11434...): a test's server there would
+# be found by another test's discovery.
+_LOOKED_FOR = {int(url.rsplit(":", 1)[1].split("/")[0]) for _, url in LOCAL_SERVERS}
+
+
+def _worker_ports() -> Iterator[int]:
+    """This worker's slice of [PORT_FLOOR, the ephemeral range), round and round; nothing when
+    there is no room."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768  # Linux's default
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), index + 1)
+    size = (ephemeral - PORT_FLOOR) // count
+    if size < 100:
+        return iter(())
+    low = PORT_FLOOR + index * size
+    start = random.randrange(size)
+    return (low + (start + n) % size for n in itertools.count())
 
 
 def dead(pid: int) -> bool:
@@ -51,6 +105,15 @@ def wait_until(check: Callable[[], bool], seconds: float = 20.0, what: str = "ti
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.01)
+
+
+async def until(check: Callable[[], bool], seconds: float = 20.0, what: str = "timed out") -> None:
+    """Until `check()` holds, polled every couple of milliseconds with the loop running on
+    meanwhile; fails the test with `what` after `seconds`. For what has no event to await."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.002)
 
 
 async def wait_for_exit(pid: int, timeout: float = 10.0) -> None:

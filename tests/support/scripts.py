@@ -1,17 +1,23 @@
 """Running the project's install scripts (scripts/*.sh) from tests, which install what they
 need on first use.
 
-A script runs at most once per test session with the same arguments (`install_once`): its
+A script runs at most once per test run with the same arguments (`install_once`): its
 outcome is remembered, a failure included, so when a build breaks the first test that needs it
 fails with the cause and every later one fails at once with the same cause instead of building
-again. While it runs, each line it writes to stderr (its progress) goes to the progress sink,
-which tests/conftest.py points at pytest's terminal so a long build is visible even though
-pytest captures output.
+again. The tests run in several worker processes (pytest-xdist), so the outcome is also written
+to the run's directory ($CODEXGATE_TEST_RUN_DIR, which tests/conftest.py makes), under a file
+lock: the first worker to need a script runs it, one that needs it meanwhile waits for it and
+reads its outcome. While it runs, each line it writes to stderr (its progress) goes to the
+progress sink, which tests/conftest.py points at the terminal so a long build is visible even
+though pytest captures output.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +32,9 @@ import pytest
 
 ProgressSink = Callable[[str], None]
 
+# A directory shared by the processes of one test run (the workers inherit it).
+RUN_DIR_VARIABLE = "CODEXGATE_TEST_RUN_DIR"
+
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -34,8 +43,9 @@ def _to_stderr(line: str) -> None:
 # Where install scripts' progress lines go; the default serves callers outside pytest (bench/).
 _progress: ProgressSink = _to_stderr
 
-# The outcome of each script run (and its arguments) in this session: its stdout, or the failure.
-_outcomes: dict[tuple[Path, tuple[str, ...]], tuple[bool, str]] = {}
+# The outcome of each script (and its arguments) in this run: its stdout or the failure, and
+# whether it ran in this process.
+_outcomes: dict[tuple[Path, tuple[str, ...]], tuple[bool, str, bool]] = {}
 
 
 def set_progress_sink(sink: ProgressSink) -> None:
@@ -99,17 +109,46 @@ def run_script(
 
 
 def install_once(script: Path, timeout: float, args: Sequence[str] = ()) -> str:
-    """`run_script` once per session and arguments; returns its stdout, or fails the calling
-    test with the cause, the first time and every time after (without running the script again)."""
+    """`run_script` once per test run and arguments; returns its stdout, or fails the calling
+    test with the cause, the first time and every time after (without running the script again),
+    in this process and in the run's other workers."""
     key = (script, tuple(args))
     first = key not in _outcomes
     if first:
-        try:
-            _outcomes[key] = (True, run_script(script, timeout, args=args))
-        except ScriptFailed as exc:
-            _outcomes[key] = (False, str(exc))
-    ok, result = _outcomes[key]
+        _outcomes[key] = _outcome_in_this_run(script, timeout, args)
+    ok, result, ran_here = _outcomes[key]
     if not ok:
-        again = "" if first else f"{script.name} already failed in this session, not run again:\n"
+        again = (
+            "" if first and ran_here else f"{script.name} already failed in this session, not run again:\n"
+        )
         pytest.fail(again + result, pytrace=False)
     return result
+
+
+def _run(script: Path, timeout: float, args: Sequence[str]) -> tuple[bool, str]:
+    try:
+        return True, run_script(script, timeout, args=args)
+    except ScriptFailed as exc:
+        return False, str(exc)
+
+
+def _outcome_in_this_run(script: Path, timeout: float, args: Sequence[str]) -> tuple[bool, str, bool]:
+    """(succeeded, stdout or cause, ran in this process): run here, or read from the run's
+    directory where another worker ran it (waiting for it if it still runs)."""
+    run_dir = os.environ.get(RUN_DIR_VARIABLE)
+    if not run_dir:  # not under tests/conftest.py (bench/)
+        return (*_run(script, timeout, args), True)
+    name = hashlib.sha256(json.dumps([str(script), *args]).encode()).hexdigest()[:20]
+    record = Path(run_dir, name + ".json")
+    with open(Path(run_dir, name + ".lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _progress(f"{script.name}: another test worker is running it; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)  # bounded: the holder's run has a timeout
+        if record.exists():
+            saved = json.loads(record.read_text())
+            return saved["ok"], saved["result"], False
+        ok, result = _run(script, timeout, args)
+        record.write_text(json.dumps({"ok": ok, "result": result}))
+        return ok, result, True

@@ -21,9 +21,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def progress(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A fresh session: no install has run yet, and progress lines are collected here."""
+def progress(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """A fresh run: no install has run yet (in this process or another worker), and progress
+    lines are collected here."""
     lines: list[str] = []
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv(scripts.RUN_DIR_VARIABLE, str(run_dir))
     monkeypatch.setattr(scripts, "_outcomes", {})
     monkeypatch.setattr(scripts, "_progress", lines.append)
     return lines
@@ -72,6 +76,71 @@ def test_an_install_runs_once_per_arguments(tmp_path: Path) -> None:
     assert install_once(script, timeout=30, args=("2.0",)) == "/opt/tool/2.0/bin/tool\n"
     assert install_once(script, timeout=30, args=("1.0",)) == "/opt/tool/1.0/bin/tool\n"
     assert counter.read_text().splitlines() == ["1.0", "2.0"]
+
+
+def start_in_another_worker(script: Path) -> subprocess.Popen[str]:
+    """Another process of the same run (as a pytest-xdist worker is) calling `install_once`."""
+    code = (
+        "import sys, pytest\n"
+        "from pathlib import Path\n"
+        "from tests.support.scripts import install_once\n"
+        "try:\n"
+        "    print(install_once(Path(sys.argv[1]), timeout=30), end='')\n"
+        "except pytest.fail.Exception as exc:\n"
+        "    print('failed:', exc)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(script)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def in_another_worker(script: Path) -> str:
+    """What `install_once(script)` returned in another process of the run (or its failure)."""
+    out, _ = start_in_another_worker(script).communicate(timeout=60)
+    return out
+
+
+def test_an_install_another_worker_ran_is_not_run_again(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    script = write_script(tmp_path / "install.sh", f"echo run >> {counter}\necho /opt/tool/bin/tool\n")
+    assert install_once(script, timeout=30) == "/opt/tool/bin/tool\n"
+    assert in_another_worker(script) == "/opt/tool/bin/tool\n"
+    assert runs(counter) == 1
+
+
+def test_an_install_that_failed_in_another_worker_fails_here_with_its_cause(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    script = write_script(tmp_path / "build.sh", f"echo run >> {counter}\necho 'no compiler' >&2\nexit 3\n")
+    assert "no compiler" in in_another_worker(script)
+    with pytest.raises(pytest.fail.Exception) as here:
+        install_once(script, timeout=30)
+    assert "already failed" in str(here.value) and "no compiler" in str(here.value)
+    assert runs(counter) == 1
+
+
+def test_a_worker_that_needs_an_install_another_is_running_waits_for_it(
+    tmp_path: Path, progress: list[str]
+) -> None:
+    counter, go = tmp_path / "runs", tmp_path / "go"
+    script = write_script(
+        tmp_path / "install.sh",
+        f"echo run >> {counter}\nwhile [ ! -e {go} ]; do sleep 0.01; done\necho /opt/tool/bin/tool\n",
+    )
+    first = start_in_another_worker(script)
+    wait_until(lambda: runs(counter) == 1, what="the first worker's install did not start")
+    second = start_in_another_worker(script)
+    assert second.stderr is not None
+    assert "another test worker is running it; waiting for it" in second.stderr.readline()
+    go.touch()
+    for proc in (first, second):
+        out, _ = proc.communicate(timeout=60)
+        assert out == "/opt/tool/bin/tool\n"
+    assert runs(counter) == 1
 
 
 FAKE_NPM = """#!/bin/sh
@@ -270,8 +339,10 @@ exit 1
 
 
 def test_a_broken_runtime_download_fails_every_llama_test_once_with_its_cause(tmp_path: Path) -> None:
-    """The real fetch script and pytest session, with a uv that fails: the download runs once,
-    its progress and cause reach the terminal under -q, every llama test fails with the cause."""
+    """The real fetch script and pytest session, its tests in a worker process as pyproject's
+    addopts run them (one worker: two cost ~10 s more here, and what two workers share is
+    tested above), with a uv that fails: the download runs once, its progress and cause reach
+    the terminal under -q, every llama test fails with the cause."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     counter = tmp_path / "uv-runs"
@@ -288,7 +359,7 @@ def test_a_broken_runtime_download_fails_every_llama_test_once_with_its_cause(tm
         CODEXGATE_REQUIRE_LLAMA="1",
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1"]
         + ["tests/test_llama_cpp.py", "tests/e2e/test_codex_llama.py"],
         cwd=REPO_ROOT,
         env=env,

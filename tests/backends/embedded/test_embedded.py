@@ -8,7 +8,6 @@ in tests/test_embedded_model.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ from codexgate.errors import NoUpstream
 from tests.support.embedded_gateway import gateway, health_when, in_state, serving
 from tests.support.fake_llama_server import fake_llama_executable, fake_runtime
 from tests.support.fake_upstream import FakeUpstream, text_reply
-from tests.support.processes import dead, free_port, wait_until
+from tests.support.processes import dead, free_port, until, wait_until
 from tests.support.servers import run_asgi_server
 
 
@@ -158,9 +157,7 @@ async def test_a_failed_download_is_reported_with_its_cause(
     supervisor = LlamaSupervisor(LlamaOptions(root=tmp_path / "llama", alias="m"), transport)
     try:
         supervisor.start()
-        async with asyncio.timeout(30):
-            while supervisor.state != "failed":
-                await asyncio.sleep(0.02)
+        await until(lambda: supervisor.state == "failed", 30)
         with pytest.raises(NoUpstream, match="no wheel for this platform \\(fake uv\\)"):
             await supervisor.wait_serving(1)
     finally:

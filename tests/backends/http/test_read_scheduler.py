@@ -9,6 +9,7 @@ import pytest
 
 from codexgate.backends.http import read_scheduler as scheduler_module
 from codexgate.backends.http.read_scheduler import ReadScheduler
+from tests.support.processes import until
 
 _UNIT = 0.0005  # seconds of work a steady stream does per read
 
@@ -36,7 +37,7 @@ async def _units_before_a_new_stream(turns: ReadScheduler | None) -> int:
     units: list[int] = []
     stop = asyncio.Event()
     streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(100)]
-    await asyncio.sleep(0.05)  # well into the steady state
+    await until(lambda: len(units) >= 200, 30)  # well into the steady state: two passes' reads
     ran = asyncio.Event()
     mark = len(units)
     asyncio.get_running_loop().call_soon(ran.set)  # stands for a new request's next step
@@ -61,7 +62,7 @@ async def test_every_steady_stream_gets_its_turns_in_order() -> None:
     units: list[int] = []
     stop = asyncio.Event()
     streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(50)]
-    await asyncio.sleep(0.3)
+    await until(lambda: len(units) >= 50 * 12, 30)  # a dozen reads each, were they fair
     stop.set()
     await asyncio.gather(*streams)
     counts = [units.count(i) for i in range(50)]
@@ -133,14 +134,17 @@ async def test_a_flood_of_new_work_slows_started_streams_but_does_not_stall_them
     units: list[int] = []
     stop = asyncio.Event()
 
+    passes = [0]
+
     async def flood() -> None:  # new streams' steps: 5 ms of work in every pass
         while not stop.is_set():
             _work(0.005)
+            passes[0] += 1
             await asyncio.sleep(0)
 
     flooding = asyncio.create_task(flood())
     streams = [asyncio.create_task(_steady(turns, units, i, stop)) for i in range(128)]
-    await asyncio.sleep(1.0)  # ~150 passes of 6 ms or more: one turn each per pass would be ~1
+    await until(lambda: passes[0] >= 150, 60)  # one turn each per pass would be ~1
     stop.set()
     await asyncio.gather(flooding, *streams)
     assert min(units.count(i) for i in range(128)) >= 3

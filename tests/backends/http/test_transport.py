@@ -11,7 +11,7 @@ import pytest
 from codexgate.backends.http.transport import AiohttpTransport, BodyParts, HttpRequest, _nodelay_socket
 from codexgate.errors import UpstreamConnectError
 from tests.support.fake_upstream import FakeUpstream, cut_reply, text_reply
-from tests.support.processes import free_port
+from tests.support.processes import free_port, until
 from tests.support.servers import arun_asgi_server
 
 
@@ -78,8 +78,8 @@ async def test_a_resting_response_reads_nothing_from_its_socket_meanwhile() -> N
             connection = response._resp.connection  # type: ignore[attr-defined]
             assert connection is not None and connection.transport.is_reading()
             resting = asyncio.create_task(response.rest(0.1))
-            await asyncio.sleep(0.03)
-            assert not connection.transport.is_reading()
+            await until(lambda: not connection.transport.is_reading(), 5, "read while it rested")
+            assert not resting.done()
             await resting
             assert connection.transport.is_reading()
             rest = b"".join([chunk async for chunk in chunks])
