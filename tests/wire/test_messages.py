@@ -13,7 +13,15 @@ from codexgate.errors import InvalidRequest
 from codexgate.wire.messages import is_billing_header, is_server_tool, validate_messages_request
 from codexgate.wire.responses import MAX_DEPTH
 
-MISSING = object()  # a value that deletes the key
+class _Missing:
+    """A value that deletes the key (its repr is stable: test ids must be the same in every
+    worker of a side-by-side run)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
 PNG = "iVBORw0KGgo="
 
 
