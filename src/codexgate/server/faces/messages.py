@@ -46,6 +46,7 @@ _HEADS = {kind: _head(kind) for kind in get_args(StreamEventType)}
 _PING = _HEADS[PING] + orjson.dumps({"type": PING}) + b"\n\n"
 _TEXT_DELTA = "response.output_text.delta"
 _TEXT_PREFIXES: dict[int, bytes] = {}
+_UNASKED = object()  # no item asked about yet (MessagesSSE.batch)
 
 
 def _text_prefix(index: int) -> bytes:
@@ -81,6 +82,11 @@ class MessagesSSE(StreamEncoder):
                 return prefix + orjson.dumps(delta) + b"}}\n\n" if delta else b""
         frames: list[bytes] = []
         waiting: list[Event] = []  # events for the encoder, fed in order before the next delta
+        # The item whose deltas go out in the frame `prefix` opens (b"": not the open block's):
+        # the open block changes only when the encoder is fed, so a run of deltas asks once.
+        item_id: Any = _UNASKED
+        prefix = b""
+        dumps = orjson.dumps
         for event in events:
             if event["type"] == _TEXT_DELTA:
                 # The answer's text deltas, nearly every event: written straight into the open
@@ -88,12 +94,15 @@ class MessagesSSE(StreamEncoder):
                 if waiting:
                     frames += [frame(made) for made in encoder.feed(waiting)]
                     waiting = []
-                index = encoder.head_text_index(event.get("item_id"))
-                if index >= 0:
+                    item_id = _UNASKED
+                key = event.get("item_id")
+                if key != item_id:
+                    item_id, index = key, encoder.head_text_index(key)
+                    prefix = (_TEXT_PREFIXES.get(index) or _text_prefix(index)) if index >= 0 else b""
+                if prefix:
                     delta = event["delta"]
                     if delta:
-                        prefix = _TEXT_PREFIXES.get(index) or _text_prefix(index)
-                        frames.append(prefix + orjson.dumps(delta) + b"}}\n\n")
+                        frames.append(prefix + dumps(delta) + b"}}\n\n")
                     continue
             waiting.append(event)
         if waiting:
