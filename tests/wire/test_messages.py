@@ -343,3 +343,44 @@ def test_validation_never_raises_anything_but_invalid_request_for_mangled_shapes
                 validate_messages_request(with_change(path, copy.deepcopy(shape)))
             except InvalidRequest:
                 pass
+
+
+def test_the_messages_known_from_a_checked_request_are_not_checked_again_but_the_new_ones_are() -> None:
+    body = full_body()
+    count = len(body["messages"])
+    body["messages"][0]["content"][0]["text"] = 7  # wrong, but taken as checked before
+    validate_messages_request(body, known=1)
+    body["messages"].append({"role": "user", "content": [{"type": "text"}]})
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, known=count)
+    assert caught.value.param == f"messages.{count}.content.0.text"
+
+
+def test_the_depth_of_the_known_messages_and_of_a_same_field_is_not_walked_again() -> None:
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(MAX_DEPTH):
+        deep = {"type": "object", "properties": {"x": deep}}
+    body = full_body()
+    body["tools"][0]["input_schema"] = deep
+    validate_messages_request(body, same=("tools",))
+    assert refused(body).param == "tools"
+    body = full_body()
+    call = {"type": "tool_use", "id": "t", "name": "Bash", "input": deep}
+    body["messages"].insert(0, {"role": "assistant", "content": [call]})
+    validate_messages_request(body, known=1)
+    assert refused(body).param == "messages"
+
+
+def test_only_the_system_and_the_tools_may_be_taken_as_checked() -> None:
+    body = full_body()
+    body["tools"] = "not a list"
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, same=("tools",))  # its type is always checked
+    assert caught.value.param == "tools"
+    body = full_body()
+    body["system"] = [{"type": "image"}]
+    validate_messages_request(body, same=("system",))
+    body["max_tokens"] = 0
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, same=("system", "max_tokens"))
+    assert caught.value.param == "max_tokens"

@@ -72,6 +72,8 @@ _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "context_management": dict,
     "service_tier": str,
 }
+# The fields a request equal to one checked before need not have checked again (their type is).
+_SKIPPABLE = frozenset(("system", "tools"))
 KNOWN_MESSAGES_FIELDS = frozenset(_TYPED_FIELDS) | {
     "model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k", "mcp_servers",
 }  # fmt: skip
@@ -143,11 +145,26 @@ def is_billing_header(block: dict[str, Any]) -> bool:
     return isinstance(text, str) and text.startswith(BILLING_HEADER_PREFIX)
 
 
-def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = False) -> None:
+def validate_messages_request(
+    data: dict[str, Any], *, count_tokens: bool = False, known: int = 0, same: Iterable[str] = ()
+) -> None:
     """Check a decoded /v1/messages body (`count_tokens`: a /v1/messages/count_tokens body,
     which has no `max_tokens`). Raises InvalidRequest naming the parameter: a wrong type or
-    value of a known field or block, a missing required one, or what the gateway cannot carry."""
-    check_depth(data)
+    value of a known field or block, a missing required one, or what the gateway cannot carry.
+    Claude Code sends the whole conversation every turn: `known`, the first messages, and
+    `same`, the fields among `system` and `tools`, equal those of a request checked before,
+    and are not checked again."""
+    messages = data.get("messages")
+    if type(messages) is not list:
+        known = 0
+    skipped = frozenset(same) & _SKIPPABLE
+    if known or skipped:
+        unchecked = {name: value for name, value in data.items() if name not in skipped}
+        if known and type(messages) is list:
+            unchecked["messages"] = messages[known:]
+        check_depth(unchecked)
+    else:
+        check_depth(data)
     model = _required(data, "model", str, "")
     if not model:
         _refuse("model", "String should have at least 1 character")
@@ -157,10 +174,10 @@ def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = Fals
     messages = _required(data, "messages", list, "")
     if not messages:
         _refuse("messages", "List should have at least 1 item")
-    for index, message in enumerate(messages):
-        _check_message(message, f"messages.{index}")
+    for index in range(known, len(messages)):
+        _check_message(messages[index], f"messages.{index}")
     system = data.get("system")
-    if system is not None:
+    if system is not None and "system" not in skipped:
         _check(system, (str, list), "system")
         if isinstance(system, list):
             for index, block in enumerate(system):
@@ -172,7 +189,7 @@ def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = Fals
         _check(sequence, str, f"stop_sequences.{index}")
         if not sequence:
             _refuse(f"stop_sequences.{index}", "String should have at least 1 character")
-    for index, tool in enumerate(data.get("tools") or ()):
+    for index, tool in enumerate(data.get("tools") or () if "tools" not in skipped else ()):
         check_tool(tool, f"tools.{index}")
     if data.get("tool_choice") is not None:
         _check_tool_choice(data["tool_choice"])

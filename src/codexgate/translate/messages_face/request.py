@@ -67,6 +67,9 @@ class MessagesAsk:
     version: str | None = None  # the anthropic-version header
     betas: tuple[str, ...] = ()  # the anthropic-beta header, as given
     server_tools: tuple[str, ...] = ()  # tools the API runs, left out (named to the model)
+    # Where each message's items end in `request.input` (after messages[:i + 1]): the next
+    # request of the conversation takes the items of the messages it repeats from here.
+    ends: tuple[int, ...] = ()
 
     @property
     def shows_thinking(self) -> bool:
@@ -75,18 +78,34 @@ class MessagesAsk:
 
 
 def parse_messages_request(
-    data: dict[str, Any], headers: Mapping[str, str] | None = None, *, count_tokens: bool = False
+    data: dict[str, Any],
+    headers: Mapping[str, str] | None = None,
+    *,
+    count_tokens: bool = False,
+    earlier: MessagesAsk | None = None,
+    known: int = 0,
+    same: tuple[str, ...] = (),
 ) -> MessagesAsk:
     """Check a decoded /v1/messages body (`count_tokens`: a /v1/messages/count_tokens body)
-    and translate it. `headers`: the request's, any case. Raises InvalidRequest naming the
-    Messages parameter."""
-    validate_messages_request(data, count_tokens=count_tokens)
-    return translate_messages_request(data, headers)
+    and translate it. `headers`: the request's, any case. `earlier`, `known`: the first
+    `known` messages equal those `earlier` was read from (an earlier request of the same
+    conversation), which are neither checked nor translated again; `same`: the fields equal
+    to that request's, not checked again (validate_messages_request). Raises InvalidRequest
+    naming the Messages parameter."""
+    validate_messages_request(data, count_tokens=count_tokens, known=known, same=same)
+    return translate_messages_request(data, headers, earlier, known)
 
 
-def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] | None = None) -> MessagesAsk:
-    """A body that passed `validate_messages_request` -> the canonical request. Raises
-    InvalidRequest only for a `tool_choice` that forces a tool the gateway cannot offer."""
+def translate_messages_request(
+    data: dict[str, Any],
+    headers: Mapping[str, str] | None = None,
+    earlier: MessagesAsk | None = None,
+    known: int = 0,
+) -> MessagesAsk:
+    """A body that passed `validate_messages_request` -> the canonical request. `earlier`,
+    `known` as for `parse_messages_request`: the items of those messages are `earlier`'s own
+    (the result is the same). Raises InvalidRequest only for a `tool_choice` that forces a
+    tool the gateway cannot offer."""
     own_headers = {name.lower(): value for name, value in (headers or {}).items()}
     messages = data["messages"]
     tools, server_tools = _tools(data.get("tools") or (), messages)
@@ -99,9 +118,10 @@ def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] 
     notice = unavailable_notice([name for name, _ in server_tools])
     instructions = _instructions(data.get("system"), notice)
     top_k = data.get("top_k")
+    items, ends = _input_items(messages, earlier, known)
     request = ResponsesRequest(
         model=data["model"],
-        input=_input_items(messages),
+        input=items,
         instructions=instructions,
         tools=tools,
         tool_choice=tool_choice,
@@ -134,6 +154,7 @@ def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] 
         version=own_headers.get("anthropic-version"),
         betas=tuple(beta.strip() for beta in betas.split(",") if beta.strip()),
         server_tools=tuple(kind for _, kind in server_tools),
+        ends=ends,
     )
 
 
@@ -335,10 +356,20 @@ def _tool_choice(
 # -- messages
 
 
-def _input_items(messages: list[dict[str, Any]]) -> list[Item]:
-    items: list[Item] = []
+def _input_items(
+    messages: list[dict[str, Any]], earlier: MessagesAsk | None = None, known: int = 0
+) -> tuple[list[Item], tuple[int, ...]]:
+    """The canonical items of `messages`, and where each message's items end; those of the first
+    `known` messages are `earlier`'s (see translate_messages_request)."""
+    start = _reusable(messages, earlier, known)
+    if start and earlier is not None:
+        ends = list(earlier.ends[:start])
+        items = earlier.request.input[: ends[-1]]
+    else:
+        ends, items = [], []
     last_user = max((index for index, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    for index, message in enumerate(messages):
+    for index in range(start, len(messages)):
+        message = messages[index]
         role, content = message["role"], message["content"]
         if role == "user":
             _user_items(content, items)
@@ -347,7 +378,22 @@ def _input_items(messages: list[dict[str, Any]]) -> list[Item]:
         elif message.get("clear_at") != "next_user_message" or index > last_user:
             # A system message shown "until the next user message" is not shown once one follows.
             _system_item(content, items)
-    return items
+        ends.append(len(items))
+    return items, tuple(ends)
+
+
+def _reusable(messages: list[dict[str, Any]], earlier: MessagesAsk | None, known: int) -> int:
+    """How many of the first `known` messages keep the items `earlier` made of them: a message's
+    items depend on it alone, but for a system message shown until the next user message
+    (whether one follows changes), from which on everything is translated again."""
+    if earlier is None or not isinstance(earlier.request.input, list):
+        return 0
+    known = min(known, len(earlier.ends))
+    for index in range(known):
+        message = messages[index]
+        if message["role"] == "system" and message.get("clear_at") == "next_user_message":
+            return index
+    return known
 
 
 def _system_item(content: str | list[dict[str, Any]], items: list[Item]) -> None:
