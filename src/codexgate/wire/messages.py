@@ -229,6 +229,11 @@ def _check_sampling(data: dict[str, Any], count_tokens: bool) -> None:
 
 
 def _check_message(message: Any, param: str) -> None:
+    if type(message) is not dict or not _common_message(message):
+        _check_message_fully(message, param)
+
+
+def _check_message_fully(message: Any, param: str) -> None:
     message = _object(message, param)
     role = message.get("role")
     if role is None:
@@ -246,6 +251,39 @@ def _check_message(message: Any, param: str) -> None:
         block = _object(block, block_param)
         kind = _block_type(block, allowed, block_param, role)
         _BLOCK_CHECKS[kind](block, block_param)
+
+
+def _common_message(message: dict[str, Any]) -> bool:
+    """Whether a message is made only of what nearly every message of a coding agent's is (text,
+    a tool call, a tool's text result), each field as the full checks want it: then those
+    checks, which name what is wrong, need not run. False says nothing."""
+    role, content = message.get("role"), message.get("content")
+    if type(content) is str:
+        return role in _ROLES
+    if type(content) is not list or (role != "user" and role != "assistant"):
+        return False
+    for block in content:
+        if type(block) is not dict:
+            return False
+        kind = block.get("type")
+        if kind == "text":
+            if type(block.get("text")) is not str:
+                return False
+        elif kind == "tool_use" and role == "assistant":
+            name = block.get("name")
+            if type(block.get("id")) is not str or type(name) is not str or not name:
+                return False
+            if type(block.get("input")) is not dict:
+                return False
+        elif kind == "tool_result" and role == "user":
+            result, failed = block.get("content"), block.get("is_error")
+            if type(block.get("tool_use_id")) is not str or (result is not None and type(result) is not str):
+                return False
+            if failed is not None and type(failed) is not bool:
+                return False
+        else:
+            return False
+    return True
 
 
 def _block_type(block: dict[str, Any], allowed: tuple[str, ...], param: str, role: str) -> str:
