@@ -607,6 +607,7 @@ def test_a_system_message_cleared_at_the_next_user_message_is_read_again_when_on
     ])  # fmt: skip
     earlier = ask_of(first)
     assert [item["content"] for item in earlier.request.input] == ["a", "until the next user message"]
+    assert earlier.ends == (1,)  # the items of the messages from the cleared one on are not kept
     body = minimal(
         [*first["messages"], {"role": "assistant", "content": "ok"}, {"role": "user", "content": "b"}]
     )

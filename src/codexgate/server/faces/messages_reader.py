@@ -30,6 +30,7 @@ from codexgate.translate.messages_face.request import (
     SESSION_HEADER,
     MessagesAsk,
     parse_messages_request,
+    reused_messages,
     session_id,
 )
 from codexgate.wire.checks import decode_json_object
@@ -70,16 +71,16 @@ class MessagesReader:
         earlier = self._find(caller, named.get(SESSION_HEADER))
         spliced = splice(body, earlier.body) if earlier is not None and earlier.body is not None else None
         if spliced is not None:
-            data, _, known_body = spliced
+            data, start, known_body = spliced  # the first `start` messages: the very objects
         else:
-            data, known_body = decode_json_object(body, "The request body"), None
+            data, start, known_body = decode_json_object(body, "The request body"), 0, None
             if earlier is None and SESSION_HEADER not in named:
                 earlier = self._find(caller, _user_session(data, named))
         known = 0
         same: tuple[str, ...] = ()
         messages = data.get(_MESSAGES)
         if earlier is not None and type(messages) is list:
-            known = _common_prefix(messages, earlier.data[_MESSAGES])
+            known = _common_prefix(messages, earlier.data[_MESSAGES], start)
             same = tuple(name for name in _SAME_FIELDS if _same(data.get(name), earlier.data.get(name)))
         ask = parse_messages_request(
             data, named, earlier=earlier.ask if earlier is not None else None, known=known, same=same
@@ -90,7 +91,7 @@ class MessagesReader:
         conversation = conversation_of(caller, key) if key else None
         if conversation is None or self._memo is None or not isinstance(ask.request.input, list):
             return ask, Inbound(caller, conversation, len(body))
-        prefix, kinds = self._remember(conversation, body, data, ask, earlier, known_body)
+        prefix, kinds = self._remember(conversation, body, data, ask, earlier, known, known_body)
         return ask, Inbound(caller, conversation, len(body), prefix, kinds)
 
     def _find(self, caller: str | None, session: str | None) -> _Remembered | None:
@@ -106,6 +107,7 @@ class MessagesReader:
         data: dict[str, Any],
         ask: MessagesAsk,
         earlier: _Remembered | None,
+        known: int,
         known_body: KnownBody | None,
     ) -> tuple[tuple[list[Any], int] | None, frozenset[Any]]:
         """Remembers the request (from a session's second on) and says what the backend may
@@ -115,12 +117,8 @@ class MessagesReader:
         assert memo is not None
         items = ask.request.input
         assert isinstance(items, list)
-        shared = 0
-        if earlier is not None:
-            for mine, theirs in zip(items, earlier.ask.request.input, strict=False):
-                if mine is not theirs:
-                    break
-                shared += 1
+        reused = reused_messages(earlier.ask if earlier is not None else None, known)
+        shared = earlier.ask.ends[reused - 1] if reused and earlier is not None else 0
         if shared and earlier is not None:
             kinds = item_kinds(items[shared:]) | earlier.kinds
         else:
@@ -149,10 +147,12 @@ def _same(value: Any, earlier: Any) -> bool:
     return value is not None and (value is earlier or value == earlier)
 
 
-def _common_prefix(messages: list[Any], earlier: list[Any]) -> int:
-    """How many leading messages equal the earlier request's: usually all of them but the last
-    one or two, which carry Claude Code's cache mark (spliced, the others are the very objects)."""
-    for index, (mine, theirs) in enumerate(zip(messages, earlier, strict=False)):
-        if mine is not theirs and mine != theirs:
+def _common_prefix(messages: list[Any], earlier: list[Any], start: int = 0) -> int:
+    """How many leading messages equal the earlier request's (the first `start` are known to:
+    spliced, they are its very objects): usually all of them but the last one or two, which
+    carry Claude Code's cache mark."""
+    n = min(len(messages), len(earlier))
+    for index in range(start, n):
+        if messages[index] is not earlier[index] and messages[index] != earlier[index]:
             return index
-    return min(len(messages), len(earlier))
+    return n

@@ -38,6 +38,7 @@ __all__ = [
     "MessagesAsk",
     "budget_effort",
     "parse_messages_request",
+    "reused_messages",
     "session_id",
     "translate_messages_request",
 ]
@@ -67,8 +68,9 @@ class MessagesAsk:
     version: str | None = None  # the anthropic-version header
     betas: tuple[str, ...] = ()  # the anthropic-beta header, as given
     server_tools: tuple[str, ...] = ()  # tools the API runs, left out (named to the model)
-    # Where each message's items end in `request.input` (after messages[:i + 1]): the next
-    # request of the conversation takes the items of the messages it repeats from here.
+    # Where each message's items end in `request.input` (after messages[:i + 1]), up to the
+    # first whose items depend on later messages: the next request of the conversation takes
+    # the items of the messages it repeats from here.
     ends: tuple[int, ...] = ()
 
     @property
@@ -288,8 +290,15 @@ class _RecentTools:
         self._by_name: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def get(self, tool: dict[str, Any]) -> dict[str, Any] | None:
-        found = self._by_name.get(tool["name"])
-        return found[1] if found is not None and found[0] == tool else None
+        name = tool["name"]
+        found = self._by_name.get(name)
+        if found is None or (found[0] is not tool and found[0] != tool):
+            return None
+        if found[0] is not tool:
+            # The latest equal one is kept: a session's next request, whose tools are the very
+            # objects when its body was read by its bytes, then costs no comparison.
+            self._by_name[name] = (tool, found[1])
+        return found[1]
 
     def put(self, tool: dict[str, Any], canonical: dict[str, Any]) -> dict[str, Any]:
         if len(self._by_name) >= self._limit:
@@ -359,15 +368,18 @@ def _tool_choice(
 def _input_items(
     messages: list[dict[str, Any]], earlier: MessagesAsk | None = None, known: int = 0
 ) -> tuple[list[Item], tuple[int, ...]]:
-    """The canonical items of `messages`, and where each message's items end; those of the first
-    `known` messages are `earlier`'s (see translate_messages_request)."""
-    start = _reusable(messages, earlier, known)
-    if start and earlier is not None:
+    """The canonical items of `messages`, and where each message's items end, up to the first
+    whose items depend on the messages after it (a system message shown until the next user
+    message: whether one follows changes); those of the first `known` messages are `earlier`'s
+    (see translate_messages_request), as far as its ends go."""
+    start = reused_messages(earlier, known)
+    if start and earlier is not None and isinstance(earlier.request.input, list):
         ends = list(earlier.ends[:start])
         items = earlier.request.input[: ends[-1]]
     else:
         ends, items = [], []
-    last_user = max((index for index, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    settled = True  # every message so far made its items alone
+    last_user: int | None = None  # asked of the messages only when a system message needs it
     for index in range(start, len(messages)):
         message = messages[index]
         role, content = message["role"], message["content"]
@@ -375,25 +387,29 @@ def _input_items(
             _user_items(content, items)
         elif role == "assistant":
             _assistant_items(content, items)
-        elif message.get("clear_at") != "next_user_message" or index > last_user:
-            # A system message shown "until the next user message" is not shown once one follows.
+        elif message.get("clear_at") != "next_user_message":
             _system_item(content, items)
-        ends.append(len(items))
+        else:
+            # A system message shown "until the next user message" is not shown once one follows.
+            settled = False
+            if last_user is None:
+                last_user = next(
+                    (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"), -1
+                )
+            if index > last_user:
+                _system_item(content, items)
+        if settled:
+            ends.append(len(items))
     return items, tuple(ends)
 
 
-def _reusable(messages: list[dict[str, Any]], earlier: MessagesAsk | None, known: int) -> int:
-    """How many of the first `known` messages keep the items `earlier` made of them: a message's
-    items depend on it alone, but for a system message shown until the next user message
-    (whether one follows changes), from which on everything is translated again."""
+def reused_messages(earlier: MessagesAsk | None, known: int) -> int:
+    """How many of the first `known` messages, equal to those `earlier` was read from, keep the
+    items `earlier` made of them (translate_messages_request): they are its first
+    `earlier.ends[n - 1]` items."""
     if earlier is None or not isinstance(earlier.request.input, list):
         return 0
-    known = min(known, len(earlier.ends))
-    for index in range(known):
-        message = messages[index]
-        if message["role"] == "system" and message.get("clear_at") == "next_user_message":
-            return index
-    return known
+    return min(known, len(earlier.ends))
 
 
 def _system_item(content: str | list[dict[str, Any]], items: list[Item]) -> None:
