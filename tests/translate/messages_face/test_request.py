@@ -16,6 +16,7 @@ from codexgate.translate.chat_upstream.request import to_chat_request
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.files import file_text
 from codexgate.translate.messages_face.request import (
+    _RECENT_TOOLS,
     MessagesAsk,
     budget_effort,
     parse_messages_request,
@@ -618,3 +619,11 @@ def test_a_system_message_cleared_at_the_next_user_message_is_read_again_when_on
         for item in ask.request.input
         if item["type"] == "message" and isinstance(item["content"], str)
     ]
+
+
+def test_a_tool_equal_to_the_one_translated_last_is_kept_as_the_latest_object() -> None:
+    # The next request of a session read by its bytes holds that very object: no comparison.
+    first, again = claude_code_body(), claude_code_body()
+    canonical = ask_of(first).request.tools[0]
+    assert ask_of(again).request.tools[0] is canonical
+    assert _RECENT_TOOLS._by_name["Bash"][0] is again["tools"][0]
