@@ -1,6 +1,6 @@
 """The Messages face beside the Responses face: one gateway, one upstream stream, one run.
 
-    uv run python bench/faces.py [--quick] [--runs NAMES] [--profile RUN] [--json FILE]
+    uv run python bench/faces.py [--quick] [--runs NAMES] [--profile RUN] [--json FILE] [--src DIR]
 
 One `codexgate serve` process with its defaults (the SQLite store, metrics, the live view, an
 access line per request) in front of the fake upstream, alone on one core (the fake upstream
@@ -12,6 +12,12 @@ history and max tokens (bench/face_workload.py), so the upstream gets the same c
 writes the same stream back. The faces take turns round by round, each round starting with the
 other one, so that a machine that slows for a while slows both alike. The runs:
 
+0. `cpu`, in process (bench/face_request_cpu.py, in a fresh process on the gateway's core):
+   each face's CPU from the body given to the app to the upstream request written and to its
+   first text delta handed over, one request at a time, the faces alternated request by
+   request, medians: what a face adds to the first token, measured as CPU, which the time at
+   c=1 on a shared machine cannot resolve to 0.2 ms. `busy` (each request right after the one
+   before) and `idle` (after the core idled 2 ms).
 1. `latency`, one request at a time (c=1), the turns of one growing session (44-90 KB), each
    face's request followed by the chat body it sent upstream sent straight to the upstream:
    per request, the face's time to its first text delta minus the upstream's own ("first token
@@ -33,7 +39,7 @@ ratio, and for the first token added their difference; the issue's targets (CPU 
 the Messages face within 1.15x of the Responses face's, first token added within 0.2 ms of it)
 are checked on every row that has them.
 
-`--runs` narrows the run (names or their prefixes: `latency`, `fast`, `paced-distinct`,
+`--runs` narrows the run (names or their prefixes: `cpu`, `latency`, `fast`, `paced-distinct`,
 `fast-one-c128`, `burst`); `--profile RUN` (a closed-loop run's name, e.g. `fast-distinct-c128`)
 then runs py-spy on the gateway for each face in turn under one more slice of that run and
 prints the top functions (`uv run --dev --with py-spy ...`, as bench/per_core.py does).
@@ -44,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -104,6 +111,14 @@ CLOSED = [
 ]
 
 
+# Profiled only (--profile): one stream at a time, as in `latency` (without its direct requests).
+PROFILED = [
+    *CLOSED,
+    ClosedRun("fast-one-c1", FAST, "one", 1),
+    ClosedRun("paced-one-c1", LATENCY_PACED, "one", 1),
+]
+
+
 @dataclass
 class Face:
     name: str  # RESPONSES or MESSAGES
@@ -146,9 +161,9 @@ async def _latency(
     for n in range(count):
         for face in _rotated(faces, n):
             body, headers = bodies.turn(face.name, n, sc)
-            c0 = cpu_seconds(gateway.pid)
+            c0 = cpu_ns(gateway.pid)
             got = await stream_once(session, face.url, body, face.kind, headers=headers)
-            cpu[face.name] += cpu_seconds(gateway.pid) - c0
+            cpu[face.name] += cpu_ns(gateway.pid) - c0
             chat = await asyncio.to_thread(get_bytes, up_base + "/bench/last-body")
             straight = await stream_once(session, up_base + "/v1/chat/completions", chat, DIRECT)
             if not (got.ok and straight.ok):
@@ -159,19 +174,50 @@ async def _latency(
             firsts[face.name].append(got.first_delta * 1e3)
             directs[face.name].append(straight.first_delta * 1e3)
     foreign_cores = foreign.cores()
+    low, high = _interval(added[RESPONSES], added[MESSAGES])
     return {
         name: {
+            "added": added[name],
+            "added_p50_diff_low": low,
+            "added_p50_diff_high": high,
             "added_p50": pct(added[name], 0.5),
             "added_p90": pct(added[name], 0.9),
             "first_p50": pct(firsts[name], 0.5),
             "direct_p50": pct(directs[name], 0.5),
-            "cpu_per_request_us": cpu[name] / max(1, count) * 1e6,
+            "cpu_per_request_us": cpu[name] / max(1, count) / 1e3,
             "foreign_cores": foreign_cores,
             "failed": failed[name],
             "error": errors[name],
         }
         for name in added
     }
+
+
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds the process's threads ran (/proc/PID/task/*/schedstat): /proc/PID/stat counts
+    in 10 ms ticks, too coarse for one request."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended
+    return total
+
+
+def _interval(responses: list[float], messages: list[float], rounds: int = 400) -> tuple[float, float]:
+    """The 5th and 95th percentiles of (p50 of `messages` - p50 of `responses`) over bootstrap
+    resamples: how far the difference of the two medians can be trusted on this machine."""
+    if not responses or not messages:
+        return float("nan"), float("nan")
+    rng = random.Random(1)
+    diffs = sorted(
+        statistics.median(rng.choices(messages, k=len(messages)))
+        - statistics.median(rng.choices(responses, k=len(responses)))
+        for _ in range(rounds)
+    )
+    return diffs[int(rounds * 0.05)], diffs[int(rounds * 0.95)]
 
 
 # -- closed loops ------------------------------------------------------------------------------
@@ -287,6 +333,30 @@ async def _burst(session: Any, face: Face, sessions: Sessions) -> dict[str, Any]
     }
 
 
+# -- cpu: in process ---------------------------------------------------------------------------
+
+
+def _in_process(up_v1: str, requests: int, processes: int) -> dict[str, Any]:
+    """bench/face_request_cpu.py in fresh processes on the gateway's core, one after another:
+    each figure the median of the processes' medians."""
+    import subprocess
+
+    got: list[dict[str, Any]] = []
+    for _ in range(processes):
+        argv = [sys.executable, str(BENCH / "face_request_cpu.py"), up_v1, "--requests", str(requests),
+                "--cpu", str(CPUS[-1])]  # fmt: skip
+        done = subprocess.run(
+            argv, cwd=ROOT, env=clean_env(), capture_output=True, timeout=900, stdin=subprocess.DEVNULL
+        )
+        if done.returncode != 0:
+            return {"error": done.stderr.decode(errors="replace")[-300:]}
+        got.append(orjson.loads(done.stdout.strip().splitlines()[-1]))
+    return {
+        key: {mark: statistics.median(one[key][mark] for one in got) for mark in got[0][key]}
+        for key in got[0]
+    }
+
+
 # -- the profile -------------------------------------------------------------------------------
 
 
@@ -305,7 +375,7 @@ async def _profile(
         print(f"profile: {run.name}, {face.name} ...", flush=True)
         spy = procs.start("py-spy", argv, env=dict(os.environ))
         try:
-            await closed_loop(
+            ran = await closed_loop(
                 session,
                 face,
                 _requests_of(run, bodies, face),
@@ -325,7 +395,13 @@ async def _profile(
         if "top_self" not in got:
             lines.append(f"profile of {face.name}: no samples ({got.get('error', '')})")
             continue
-        lines.append(f"py-spy, the {face.name} face, {run.name} ({got['samples']} samples):")
+        per_stream = ran["cpu"] / max(1, ran["streams"]) * 1e6
+        lines.append(
+            f"py-spy, the {face.name} face, {run.name} ({got['samples']} samples; the gateway's CPU "
+            f"{per_stream:.0f} us a stream: a share below times that is roughly its us a stream)"
+        )
+        if os.environ.get("FACES_KEEP_PROFILE"):
+            lines.append(f"  raw stacks: {out_file}")
         for title, key in (("time by area", "areas"), ("self", "top_self"), ("codexgate inclusive",
                            "codexgate_inclusive"), ("codexgate self", "codexgate_self")):  # fmt: skip
             lines.append(f"  {title}:")
@@ -368,6 +444,14 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Face], str,
             Face(RESPONSES, base + "/v1/responses", GATEWAY),
             Face(MESSAGES, base + "/v1/messages", MESSAGES),
         ]
+        if _selected("cpu", args.runs):
+            print("cpu: each face's request in process ...", flush=True)
+            got = await asyncio.to_thread(_in_process, up_base + "/v1", args.cpu_requests, args.cpu_processes)
+            for face in faces:
+                face.out["cpu"] = {
+                    regime: got.get(f"{face.name}_{regime}", {"error": got.get("error", "")})
+                    for regime in ("busy", "idle")
+                }
         async with new_session() as session:
             for face in faces:  # connections and code paths warm, on both faces
                 for i in range(32):
@@ -409,7 +493,7 @@ async def measure(args: argparse.Namespace, home: str) -> tuple[list[Face], str,
                         "error": next((b["error"] for b in got if b["error"]), ""),
                     }
             if args.profile:
-                run = next(r for r in CLOSED if r.name == args.profile)
+                run = next(r for r in PROFILED if r.name == args.profile)
                 profile = await _profile(
                     session, faces, bodies, procs, gateway, upstream, run, args.seconds * 2
                 )
@@ -469,6 +553,24 @@ def report(faces: list[Face], args: argparse.Namespace, sizes: dict[str, int]) -
         f"the Responses face and the Messages face, one gateway alone on one core; first request of a "
         f"distinct session {sizes[RESPONSES] // 1000} KB / {sizes[MESSAGES] // 1000} KB",
     )
+    for regime, what in (
+        ("busy", "each request right after the one before"),
+        ("idle", "after the core idled 2 ms"),
+    ):
+        table.section(
+            f"cpu, in process, one request at a time, the growing session, 200 deltas at once, {what}:"
+        )
+        row(
+            "CPU from the body to the upstream request (us)",
+            lambda o, r=regime: o["cpu"][r]["to_upstream_us_p50"],
+            0,
+        )
+        row(
+            "CPU from the body to the first token (ms)",
+            lambda o, r=regime: o["cpu"][r]["to_first_token_us_p50"] / 1e3,
+            3,
+            "diff",
+        )
     for label, what in (
         ("fast", "200 deltas at once"),
         ("paced", f"{LATENCY_PACED.chunks} deltas 10 ms apart"),
@@ -478,9 +580,15 @@ def report(faces: list[Face], args: argparse.Namespace, sizes: dict[str, int]) -
         table.section(f"latency, c=1, one growing session (44-90 KB), {what}, {count} requests per face:")
         row("first token added p50 (ms)", lambda o, k=key: o[k]["added_p50"], 2, "diff")
         row("first token added p90 (ms)", lambda o, k=key: o[k]["added_p90"], 2, "diff")
+        got = table.by[MESSAGES].get(key)
+        if got is not None:
+            table.lines.append(
+                f"    msg-resp of the p50s, 90% of bootstrap resamples: {got['added_p50_diff_low']:+.2f} to "
+                f"{got['added_p50_diff_high']:+.2f} ms"
+            )
         row("first token p50 (ms)", lambda o, k=key: o[k]["first_p50"], 2)
         row("upstream's own first token p50 (ms)", lambda o, k=key: o[k]["direct_p50"], 2)
-        row("gateway CPU per request (us)", lambda o, k=key: o[k]["cpu_per_request_us"], 0)
+        row("gateway CPU per request (us, schedstat)", lambda o, k=key: o[k]["cpu_per_request_us"], 0)
         row("other processes' cores (the machine's)", lambda o, k=key: o[k]["foreign_cores"], 2)
         row("failed", lambda o, k=key: o[k]["failed"], 0)
     for run in CLOSED:
@@ -515,15 +623,29 @@ def report(faces: list[Face], args: argparse.Namespace, sizes: dict[str, int]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter slices, 2 rounds, fewer requests")
-    parser.add_argument("--runs", default="latency,fast,paced,burst", help="names or prefixes (see the docs)")
-    parser.add_argument("--profile", choices=[r.name for r in CLOSED], help="py-spy each face under this run")
+    parser.add_argument(
+        "--runs", default="cpu,latency,fast,paced,burst", help="names or prefixes (see the docs)"
+    )
+    parser.add_argument(
+        "--profile", choices=[r.name for r in PROFILED], help="py-spy each face under this run"
+    )
     parser.add_argument("--json", help="write every figure to this file")
+    parser.add_argument("--src", metavar="DIR", help="measure the codexgate package in DIR (a src/ folder)")
     args = parser.parse_args()
+    if args.src:
+        src = Path(args.src).resolve()
+        if not (src / "codexgate" / "__init__.py").exists():
+            parser.error(f"{src} has no codexgate package")
+        import procs
+
+        procs.SRC_OVERRIDE = str(src)
     args.runs = args.runs.split(",")
     args.rounds = 2 if args.quick else 4
     args.seconds = 2.5 if args.quick else 4.0  # per face and round
     args.requests = 60 if args.quick else 200
     args.paced_requests = 30 if args.quick else 100
+    args.cpu_requests = 100 if args.quick else 200
+    args.cpu_processes = 1 if args.quick else 2
     t0 = time.perf_counter()
     import uvloop
 
