@@ -7,6 +7,8 @@ Two kinds of stream, read the same way:
   `event: response.completed` was received.
 * `direct`: POST /chat/completions straight to the fake upstream; first delta = the first
   chunk with `"delta":{"content":"..."}` (the role chunk has `"content":""`); success = `[DONE]`.
+* `messages`: POST /v1/messages (the Anthropic Messages face, bench/faces.py); first delta =
+  the first `text_delta`; success = `event: message_stop`; failure = `event: error`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,17 @@ DIRECT = "direct"
 # Any Responses relay, codexgate or a peer: events found by their `data:` JSON (a peer may
 # leave out the `event:` lines, which Codex does not need).
 RESPONSES = "responses"
+MESSAGES = "messages"
 
 _MARKERS = {
     GATEWAY: (b"event: response.output_text.delta\n", b"event: response.completed\n"),
     DIRECT: (b'"delta":{"content":"', b"data: [DONE]"),
     RESPONSES: (b'"type":"response.output_text.delta"', b'"type":"response.completed"'),
+    MESSAGES: (b'"delta":{"type":"text_delta"', b"event: message_stop\n"),
 }
 _CARRY = 48
 _FAILED = (b"event: response.failed\n", b'"type":"response.failed"')
+_FAILED_BY_KIND = {MESSAGES: (b"event: error\n",)}
 _LOOP_CODE = b"model_output_loop"
 
 # Streams that ended in response.failed because codexgate's loop guard stopped them. A bench
@@ -85,7 +90,9 @@ async def stream_once(
     *,
     on_open: Callable[[], None] | None = None,
     on_close: Callable[[], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> StreamResult:
+    """One streamed request read to its end; `headers`: sent beside the usual ones."""
     global LOOP_STOPS
     first_marker, end_marker = _MARKERS[kind]
     if kind == DIRECT:
@@ -94,12 +101,16 @@ async def stream_once(
         first_marker_empty = first_marker + b'"'
     else:
         first_marker_empty = b""
+    failed_markers = _FAILED_BY_KIND.get(kind, _FAILED)
+    sent = _KEYED if kind in (RESPONSES, MESSAGES) else _HEADERS
+    if headers:
+        sent = {**sent, **headers}
     res = StreamResult()
     perf = time.perf_counter
     t0 = perf()
     opened = False
     try:
-        async with session.post(url, data=body, headers=_KEYED if kind == RESPONSES else _HEADERS) as resp:
+        async with session.post(url, data=body, headers=sent) as resp:
             res.status = resp.status
             if on_open is not None:
                 on_open()
@@ -119,9 +130,9 @@ async def stream_once(
                 prev_nl = chunk[-1:] == b"\n"
                 if not (found_first and found_end):
                     window = carry + chunk if carry else chunk
-                    if not found_failed and kind != DIRECT and any(f in window for f in _FAILED):
+                    if not found_failed and kind != DIRECT and any(f in window for f in failed_markers):
                         found_failed = True
-                        res.error = "response.failed"
+                        res.error = "response.failed" if kind != MESSAGES else "event: error"
                     if found_failed and _LOOP_CODE in window and "loop" not in res.error:
                         res.error = "response.failed (model_output_loop)"
                         LOOP_STOPS += 1

@@ -366,12 +366,12 @@ def build_app(
 
 def faces(building: Building) -> dict[str, Face]:
     """The faces by route: what a client speaks, read into the canonical request."""
-    history = building.history()
+    history = building.history()  # one budget for the faces that remember conversations
     return {
         "/responses": ResponsesFace(RequestReader(history)),
         "/responses/compact": CompactFace(),
         "/chat/completions": ChatFace(),
-        "/messages": MessagesFace(),
+        "/messages": MessagesFace(history),
     }
 
 

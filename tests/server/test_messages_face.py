@@ -5,6 +5,7 @@ tests/server/test_messages_sdk.py."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 import orjson
 import pytest
@@ -15,8 +16,9 @@ from codexgate.errors import InvalidRequest, UpstreamStreamCut
 from codexgate.server.faces.messages import MessagesFace, MessagesJSON, MessagesSSE, frame
 from codexgate.translate.builder import ResponseBuilder
 from codexgate.translate.envelope import Envelope
-from codexgate.translate.messages_face.events import MessagesEventEncoder
+from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder
 from codexgate.translate.reasoning import encode_reasoning
+from codexgate.wire.responses_events import Event
 from tests.support.turns import make_turn
 
 
@@ -109,7 +111,7 @@ def test_count_tokens_is_read_without_max_tokens_and_refused_like_a_request() ->
         ),
         max_size=14,
     ),
-    batch=st.integers(min_value=1, max_value=5),
+    batch=st.integers(min_value=1, max_value=5) | st.just(10_000),  # or the whole answer in one batch
     fail=st.booleans(),
 )
 @settings(max_examples=200, deadline=None)
@@ -137,3 +139,66 @@ def test_the_text_written_straight_is_byte_for_byte_the_encoders_event(
     sse = MessagesSSE("m")
     written = b"".join(sse.batch(events[start : start + batch]) for start in range(0, len(events), batch))
     assert written == b"".join(frame(event) for event in MessagesEventEncoder("m").feed(events))
+
+
+def test_a_whole_answer_in_one_batch_writes_each_text_block_at_its_index() -> None:
+    # A fast upstream's whole answer is one batch: a run of deltas asks the encoder for the
+    # open block once, and asks again once another block opened.
+    ids = itertools.count()
+    builder = ResponseBuilder(Envelope("resp_1", 0, "m", b"{}"), lambda prefix: f"{prefix}_{next(ids)}")
+    events = builder.start()
+    builder.text("one ")
+    builder.text("two")
+    builder.close_text()
+    builder.function_call("Bash", "{}")
+    builder.text("three ")
+    builder.text("four")
+    builder.finish({})
+    events += builder.take()
+    written = MessagesSSE("m").batch(events)
+    frames = [orjson.loads(raw.split(b"\ndata: ")[1]) for raw in written.split(b"\n\n") if raw]
+    texts = [
+        (f["index"], f["delta"]["text"])
+        for f in frames
+        if f["type"] == "content_block_delta" and "text" in f["delta"]
+    ]
+    assert texts == [(0, "one "), (0, "two"), (2, "three "), (2, "four")]
+    assert written == b"".join(frame(event) for event in MessagesEventEncoder("m").feed(events))
+
+
+def test_a_delta_after_the_end_in_the_same_batch_is_not_written() -> None:
+    # The open block is asked again after the encoder was fed: the end closed it.
+    ids = itertools.count()
+    builder = ResponseBuilder(Envelope("resp_1", 0, "m", b"{}"), lambda prefix: f"{prefix}_{next(ids)}")
+    events = builder.start()
+    builder.text("one")
+    builder.text("two")
+    builder.finish({})
+    events += builder.take()
+    late = [event for event in events if event["type"] == "response.output_text.delta"][-1]
+    written = MessagesSSE("m").batch([*events, late])
+    assert written.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    assert written.count(b'"text_delta"') == 2
+
+
+def test_the_deltas_after_the_first_of_a_block_are_written_without_the_encoder() -> None:
+    ids = itertools.count()
+    builder = ResponseBuilder(Envelope("resp_1", 0, "m", b"{}"), lambda prefix: f"{prefix}_{next(ids)}")
+    events = builder.start()
+    for word in ("one ", "two ", "three"):
+        builder.text(word)
+    builder.finish({})
+    events += builder.take()
+    fed: list[str] = []
+
+    class Counting(MessagesEventEncoder):
+        def feed(self, events: Iterable[Event]) -> list[MessagesEvent]:
+            events = list(events)
+            fed.extend(event["type"] for event in events)
+            return super().feed(events)
+
+    sse = MessagesSSE("m")
+    sse._events = Counting("m")
+    sse.batch(events)
+    # the first opens the block (the encoder writes its start); the others go straight out
+    assert fed.count("response.output_text.delta") == 1

@@ -256,3 +256,56 @@ def test_the_cache_key_hint_reads_the_plain_key_only() -> None:
     assert cache_key_hint(b'{"prompt_cache_key":"a\\"b"}') is None
     assert cache_key_hint(b'{"model":"m"}') is None
     assert cache_key_hint(b'{"prompt_cache_key":"\xff"}') is None
+
+
+def messages_body(messages: list[JSON]) -> JSON:
+    """Claude Code's order: the messages first, the system prompt and tools after them."""
+    return {"model": "claude-sonnet-4-5", "messages": messages, "system": [{"type": "text", "text": "be brief"}],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}], "max_tokens": 32000, "stream": True}  # fmt: skip
+
+
+def message(n: int, marked: bool = False) -> JSON:
+    block: JSON = {"type": "text", "text": f"turn {n} é"}
+    if marked:  # Claude Code's cache mark, on the newest message only
+        block["cache_control"] = {"type": "ephemeral"}
+    return {"role": "user" if n % 2 == 0 else "assistant", "content": [block]}
+
+
+def conversation(turns: int) -> JSON:
+    return messages_body([message(n, marked=n == turns - 1) for n in range(turns)])
+
+
+def test_a_messages_body_is_spliced_by_its_messages_array() -> None:
+    raw = orjson.dumps(conversation(6))
+    known = learn(raw, orjson.loads(raw)["messages"], key="messages")
+    assert known is not None and known.key == "messages"
+    got = spliced(orjson.dumps(conversation(8)), known)
+    assert got is not None
+    data, count, following = got
+    # the cache mark moved from the sixth message to the eighth: the first five are shared
+    assert count == 5
+    assert all(a is b for a, b in zip(data["messages"][:5], known.items[:5], strict=True))
+    assert following is not None and following.key == "messages"
+    again = spliced(orjson.dumps(conversation(10)), following)
+    assert again is not None and again[1] == 7
+
+
+@pytest.mark.parametrize("rewritten", [1, 2, 3])
+def test_all_but_the_items_rewritten_at_the_end_are_shared(rewritten: int) -> None:
+    messages = [message(n) for n in range(12)]
+    raw = orjson.dumps(messages_body(messages))
+    known = learn(raw, orjson.loads(raw)["messages"], key="messages")
+    assert known is not None
+    changed = messages[: 12 - rewritten] + [message(n, marked=True) for n in range(12 - rewritten, 12)]
+    got = spliced(orjson.dumps(messages_body(changed + [message(12)])), known)
+    assert got is not None and got[1] == 12 - rewritten
+
+
+def test_a_messages_key_inside_an_earlier_field_is_not_taken_for_the_messages() -> None:
+    decoy = {"model": "m", "metadata": {"messages": [message(0)]}, "messages": [message(0), message(1)]}
+    raw = orjson.dumps(decoy)
+    known = learn(raw, orjson.loads(raw)["messages"], key="messages")
+    assert known is not None and known.start == raw.rindex(b'"messages":[') + len(b'"messages":[')
+    assert known.head == {"model": "m", "metadata": decoy["metadata"]}
+    got = spliced(orjson.dumps({**decoy, "messages": [message(0), message(1), message(2)]}), known)
+    assert got is not None and got[1] == 2

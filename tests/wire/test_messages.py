@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from codexgate.errors import InvalidRequest
-from codexgate.wire.messages import is_billing_header, is_server_tool, validate_messages_request
+from codexgate.wire.messages import (
+    _check_message_fully,
+    _common_message,
+    is_billing_header,
+    is_server_tool,
+    validate_messages_request,
+)
 from codexgate.wire.responses import MAX_DEPTH
 
 class _Missing:
@@ -351,3 +357,73 @@ def test_validation_never_raises_anything_but_invalid_request_for_mangled_shapes
                 validate_messages_request(with_change(path, copy.deepcopy(shape)))
             except InvalidRequest:
                 pass
+
+
+def test_the_messages_known_from_a_checked_request_are_not_checked_again_but_the_new_ones_are() -> None:
+    body = full_body()
+    count = len(body["messages"])
+    body["messages"][0]["content"][0]["text"] = 7  # wrong, but taken as checked before
+    validate_messages_request(body, known=1)
+    body["messages"].append({"role": "user", "content": [{"type": "text"}]})
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, known=count)
+    assert caught.value.param == f"messages.{count}.content.0.text"
+
+
+def test_the_depth_of_the_known_messages_and_of_a_same_field_is_not_walked_again() -> None:
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(MAX_DEPTH):
+        deep = {"type": "object", "properties": {"x": deep}}
+    body = full_body()
+    body["tools"][0]["input_schema"] = deep
+    validate_messages_request(body, same=("tools",))
+    assert refused(body).param == "tools"
+    body = full_body()
+    call = {"type": "tool_use", "id": "t", "name": "Bash", "input": deep}
+    body["messages"].insert(0, {"role": "assistant", "content": [call]})
+    validate_messages_request(body, known=1)
+    assert refused(body).param == "messages"
+
+
+def test_only_the_system_and_the_tools_may_be_taken_as_checked() -> None:
+    body = full_body()
+    body["tools"] = "not a list"
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, same=("tools",))  # its type is always checked
+    assert caught.value.param == "tools"
+    body = full_body()
+    body["system"] = [{"type": "image"}]
+    validate_messages_request(body, same=("system",))
+    body["max_tokens"] = 0
+    with pytest.raises(InvalidRequest) as caught:
+        validate_messages_request(body, same=("system", "max_tokens"))
+    assert caught.value.param == "max_tokens"
+
+
+_SHAPES: list[Any] = [MISSING, None, True, False, 0, 1, 1.5, "", "x", [], [{"type": "text", "text": "x"}], {}, {"a": 1},
+                      "text", "tool_use", "tool_result"]  # fmt: skip
+_GOOD_BLOCKS = [
+    {"type": "text", "text": "x"},
+    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "out", "is_error": False},
+    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+]
+
+
+def test_a_message_the_quick_check_passes_passes_the_full_checks() -> None:
+    """Every role, every block kind with one field changed to every shape (or left out), alone
+    and after a good block: what the quick check lets through, the full checks pass."""
+    passed = 0
+    for role in ("user", "assistant", "system", "tool", None, 1):
+        for good in _GOOD_BLOCKS:
+            for name in {*good, "is_error", "content", "id", "name", "input"}:
+                for shape in _SHAPES:
+                    block = {key: value for key, value in good.items() if key != name}
+                    if shape is not MISSING:
+                        block[name] = shape
+                    for content in ([block], [{"type": "text", "text": "x"}, block], shape):
+                        message = {"role": role, "content": content}
+                        if _common_message(message):
+                            passed += 1
+                            _check_message_fully(message, "messages.0")
+    assert passed > 100  # the quick check is not a check that passes nothing

@@ -36,6 +36,10 @@ in the same state, or decoded in that same state:
   is refused as in the tail's.
 No I/O, no clock; the objects returned are shared with the last request (nothing mutates a
 request's decoded input: server/faces/responses.py).
+
+The list is `input` for a Responses body; the Messages face reads Claude Code's, which re-sends
+its whole conversation alike, by its `messages` (`learn(..., key="messages")`): everything
+above holds of any top-level array, named once when the body is learned.
 """
 
 from __future__ import annotations
@@ -48,11 +52,9 @@ import orjson
 
 __all__ = ["KnownBody", "cache_key_hint", "learn", "splice"]
 
-_INPUT_KEY = b'"input":['
 # Stands in for the items before the suffix when the suffix is decoded: unguessable, so a
 # duplicate `input` key after the items (which would replace the array) cannot fake it.
 _MARK = secrets.token_hex(16)
-_MARKED_OPENING = b'{"input":["' + _MARK.encode() + b'"'
 _CACHE_KEY = b'"prompt_cache_key":"'
 # The first bytes of the last suffix (`],"tools":[...`) mark where the input ends in a body
 # whose later fields changed; wherever they are found, the decodings prove the place.
@@ -78,6 +80,7 @@ class KnownBody:
     # (Codex's client_metadata) has that one decoded, not the tools before it.
     last_field: int
     before_last: dict[str, Any]
+    key: str = "input"  # the top-level array the items are (a Messages body's: `messages`)
 
 
 def cache_key_hint(body: bytes) -> str | None:
@@ -99,28 +102,31 @@ def cache_key_hint(body: bytes) -> str | None:
         return None
 
 
-def learn(body: bytes, items: list[Any], tools: list[Any] | None = None) -> KnownBody | None:
-    """The KnownBody of a body whose decoded (and checked) input is `items`; None when the
-    body is not written the way orjson writes those items back (then it is not spliced).
-    `tools`: the checked tools, to stand for the body's own when equal (then a later request
-    compares its tools by identity)."""
+def learn(
+    body: bytes, items: list[Any], tools: list[Any] | None = None, *, key: str = "input"
+) -> KnownBody | None:
+    """The KnownBody of a body whose decoded (and checked) `key` array (its input) is `items`;
+    None when the body is not written the way orjson writes those items back (then it is not
+    spliced). `tools`: the checked tools, to stand for the body's own when equal (then a later
+    request compares its tools by identity)."""
     if not items:
         return None
     encoded = [orjson.dumps(item) for item in items]
-    written = _INPUT_KEY + b",".join(encoded) + b"]"
+    opening = _opening(key)
+    written = opening + b",".join(encoded) + b"]"
     at = body.find(written)
     if at < 0:  # the first place: a wrong one fails the head's or the tail's check
         return None
-    start = at + len(_INPUT_KEY)
+    start = at + len(opening)
     ends = _ends(encoded, start - 1)
-    head = _head(body[:start])
+    head = _head(body[:start], key)
     last = ends[-1]
     suffix = body[last:]
-    read = _tail(suffix, tools)
+    read = _tail(suffix, tools, key)
     if head is None or read is None:
         return None
     tail, last_field, before_last = read
-    return KnownBody(body[:last], ends, head, suffix, tail, items, start, last_field, before_last)
+    return KnownBody(body[:last], ends, head, suffix, tail, items, start, last_field, before_last, key)
 
 
 def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBody | None] | None:
@@ -149,7 +155,7 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     new = continued[1:]
     items = known.items[:count] + new  # a list of this request's own
     data = dict(known.head)
-    data["input"] = items
+    data[known.key] = items
     data.update(tail)
     new_ends = _new_ends(middle, new, last)
     if new_ends is None:
@@ -157,7 +163,9 @@ def splice(body: bytes, known: KnownBody) -> tuple[dict[str, Any], int, KnownBod
     whole = count == len(known.ends) and not new
     prefix = known.prefix if whole else body[:room]
     ends = known.ends[:count] + new_ends
-    following = KnownBody(prefix, ends, known.head, suffix, tail, items, known.start, last_field, before_last)
+    following = KnownBody(
+        prefix, ends, known.head, suffix, tail, items, known.start, last_field, before_last, known.key
+    )
     return data, count, following
 
 
@@ -169,14 +177,14 @@ def _moved(body: bytes, known: KnownBody, room: int) -> KnownBody | None:
     at = body.find(written)
     if at < 0 or at + len(written) > room:
         return None
-    head = _head(body[:at])
+    head = _head(body[:at], known.key)
     if head is None:
         return None
     shift = at - known.start
     ends = tuple(end + shift for end in known.ends)
     return KnownBody(
         body[: at + len(written)], ends, head, known.suffix, known.tail, known.items, at,
-        known.last_field, known.before_last,
+        known.last_field, known.before_last, known.key,
     )  # fmt: skip
 
 
@@ -203,10 +211,10 @@ def _after_input(
         # decoding of the whole body.
         if body[room : room + last_field] == suffix[:last_field]:
             last = _fields(body[room + last_field + 1 :])
-            if last is not None and "input" not in last:
+            if last is not None and known.key not in last:
                 return room, body[room:], {**known.before_last, **last}, last_field, known.before_last
     suffix = body[room:]
-    read = _tail(suffix, known.tail.get("tools"))
+    read = _tail(suffix, known.tail.get("tools"), known.key)
     if read is None:
         return None
     tail, last_field, before_last = read
@@ -215,12 +223,22 @@ def _after_input(
 
 def _shared_items(body: bytes, known: KnownBody, room: int) -> int:
     """How many of `known`'s items `body` starts with, byte for byte (the head included): all
-    of them in one comparison (the common case: the conversation went on), else the most,
-    found by halving (a client sent an earlier turn again)."""
+    of them in one comparison (the common case: the conversation went on), else all but the
+    last or the last two, else the most, found by halving (a client sent an earlier turn again)."""
     prefix, ends = known.prefix, known.ends
     if len(prefix) <= room and body.startswith(prefix):
         return len(ends)
     low, high = 0, len(ends)  # the body starts with the first `low` items, not the first `high`
+    # A client that rewrites its last item or two each turn (Claude Code moves its cache mark
+    # to the newest messages): all but those are tried first, then the rest halved.
+    for count in (high - 1, high - 2):
+        if count <= low:
+            break
+        end = ends[count - 1]
+        if end <= room and body.startswith(prefix[:end]):
+            low = count
+            break
+        high = count
     while high - low > 1:
         mid = (low + high) // 2
         end = ends[mid - 1]
@@ -251,20 +269,27 @@ def _ends(encoded: list[bytes], last: int) -> tuple[int, ...]:
     return tuple(ends)
 
 
-def _head(opening: bytes) -> dict[str, Any] | None:
-    """The fields before `input`, from the body up to `input`'s opening bracket; None unless
-    that bracket opens the top-level `input` (its last key)."""
+def _opening(key: str) -> bytes:
+    """The bytes that open the top-level `key` array in a body orjson writes."""
+    return orjson.dumps(key) + b":["
+
+
+def _head(opening: bytes, key: str) -> dict[str, Any] | None:
+    """The fields before `key` (the input), from the body up to its opening bracket; None
+    unless that bracket opens the top-level `key` (its last key)."""
     try:
         head = orjson.loads(opening + b"]}")
     except orjson.JSONDecodeError:
         return None
-    if type(head) is not dict or not head or next(reversed(head)) != "input" or head["input"] != []:
+    if type(head) is not dict or not head or next(reversed(head)) != key or head[key] != []:
         return None
-    del head["input"]
+    del head[key]
     return head
 
 
-def _tail(suffix: bytes, tools: list[Any] | None) -> tuple[dict[str, Any], int, dict[str, Any]] | None:
+def _tail(
+    suffix: bytes, tools: list[Any] | None, key: str
+) -> tuple[dict[str, Any], int, dict[str, Any]] | None:
     """The fields after `input`, from the body after its last item, with where its last field
     starts (its comma; 0 when there is no second field or it cannot be told) and the fields
     before it; None unless the suffix closes the top-level `input` and no later key replaces
@@ -282,9 +307,9 @@ def _tail(suffix: bytes, tools: list[Any] | None) -> tuple[dict[str, Any], int, 
         last = _fields(suffix[at + 1 :])
         if last is not None:
             break
-    before = _marked(suffix[:at] + b"}") if last is not None and "input" not in last else None
+    before = _marked(suffix[:at] + b"}", key) if last is not None and key not in last else None
     if before is None or last is None:
-        whole = _marked(suffix)
+        whole = _marked(suffix, key)
         if whole is None:
             return None
         before, last, at = whole, {}, 0
@@ -294,16 +319,16 @@ def _tail(suffix: bytes, tools: list[Any] | None) -> tuple[dict[str, Any], int, 
     return ({**before, **last} if last else before), at, before
 
 
-def _marked(suffix: bytes) -> dict[str, Any] | None:
-    """The fields `suffix` holds after a marked `input`; None unless it closes the top-level
-    `input` and no later key replaces it."""
+def _marked(suffix: bytes, key: str) -> dict[str, Any] | None:
+    """The fields `suffix` holds after a marked `key` array; None unless it closes the
+    top-level `key` and no later key replaces it."""
     try:
-        fields = orjson.loads(_MARKED_OPENING + suffix)
+        fields = orjson.loads(b"{" + _opening(key) + orjson.dumps(_MARK) + suffix)
     except orjson.JSONDecodeError:
         return None
-    if type(fields) is not dict or fields.get("input") != [_MARK]:
+    if type(fields) is not dict or fields.get(key) != [_MARK]:
         return None
-    del fields["input"]
+    del fields[key]
     return fields
 
 

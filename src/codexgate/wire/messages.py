@@ -72,6 +72,8 @@ _TYPED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "context_management": dict,
     "service_tier": str,
 }
+# The fields a request equal to one checked before need not have checked again (their type is).
+_SKIPPABLE = frozenset(("system", "tools"))
 KNOWN_MESSAGES_FIELDS = frozenset(_TYPED_FIELDS) | {
     "model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k", "mcp_servers",
 }  # fmt: skip
@@ -143,11 +145,26 @@ def is_billing_header(block: dict[str, Any]) -> bool:
     return isinstance(text, str) and text.startswith(BILLING_HEADER_PREFIX)
 
 
-def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = False) -> None:
+def validate_messages_request(
+    data: dict[str, Any], *, count_tokens: bool = False, known: int = 0, same: Iterable[str] = ()
+) -> None:
     """Check a decoded /v1/messages body (`count_tokens`: a /v1/messages/count_tokens body,
     which has no `max_tokens`). Raises InvalidRequest naming the parameter: a wrong type or
-    value of a known field or block, a missing required one, or what the gateway cannot carry."""
-    check_depth(data)
+    value of a known field or block, a missing required one, or what the gateway cannot carry.
+    Claude Code sends the whole conversation every turn: `known`, the first messages, and
+    `same`, the fields among `system` and `tools`, equal those of a request checked before,
+    and are not checked again."""
+    messages = data.get("messages")
+    if type(messages) is not list:
+        known = 0
+    skipped = frozenset(same) & _SKIPPABLE
+    if known or skipped:
+        unchecked = {name: value for name, value in data.items() if name not in skipped}
+        if known and type(messages) is list:
+            unchecked["messages"] = messages[known:]
+        check_depth(unchecked)
+    else:
+        check_depth(data)
     model = _required(data, "model", str, "")
     if not model:
         _refuse("model", "String should have at least 1 character")
@@ -157,10 +174,10 @@ def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = Fals
     messages = _required(data, "messages", list, "")
     if not messages:
         _refuse("messages", "List should have at least 1 item")
-    for index, message in enumerate(messages):
-        _check_message(message, f"messages.{index}")
+    for index in range(known, len(messages)):
+        _check_message(messages[index], f"messages.{index}")
     system = data.get("system")
-    if system is not None:
+    if system is not None and "system" not in skipped:
         _check(system, (str, list), "system")
         if isinstance(system, list):
             for index, block in enumerate(system):
@@ -172,7 +189,7 @@ def validate_messages_request(data: dict[str, Any], *, count_tokens: bool = Fals
         _check(sequence, str, f"stop_sequences.{index}")
         if not sequence:
             _refuse(f"stop_sequences.{index}", "String should have at least 1 character")
-    for index, tool in enumerate(data.get("tools") or ()):
+    for index, tool in enumerate(data.get("tools") or () if "tools" not in skipped else ()):
         check_tool(tool, f"tools.{index}")
     if data.get("tool_choice") is not None:
         _check_tool_choice(data["tool_choice"])
@@ -212,6 +229,11 @@ def _check_sampling(data: dict[str, Any], count_tokens: bool) -> None:
 
 
 def _check_message(message: Any, param: str) -> None:
+    if type(message) is not dict or not _common_message(message):
+        _check_message_fully(message, param)
+
+
+def _check_message_fully(message: Any, param: str) -> None:
     message = _object(message, param)
     role = message.get("role")
     if role is None:
@@ -229,6 +251,39 @@ def _check_message(message: Any, param: str) -> None:
         block = _object(block, block_param)
         kind = _block_type(block, allowed, block_param, role)
         _BLOCK_CHECKS[kind](block, block_param)
+
+
+def _common_message(message: dict[str, Any]) -> bool:
+    """Whether a message is made only of what nearly every message of a coding agent's is (text,
+    a tool call, a tool's text result), each field as the full checks want it: then those
+    checks, which name what is wrong, need not run. False says nothing."""
+    role, content = message.get("role"), message.get("content")
+    if type(content) is str:
+        return role in _ROLES
+    if type(content) is not list or (role != "user" and role != "assistant"):
+        return False
+    for block in content:
+        if type(block) is not dict:
+            return False
+        kind = block.get("type")
+        if kind == "text":
+            if type(block.get("text")) is not str:
+                return False
+        elif kind == "tool_use" and role == "assistant":
+            name = block.get("name")
+            if type(block.get("id")) is not str or type(name) is not str or not name:
+                return False
+            if type(block.get("input")) is not dict:
+                return False
+        elif kind == "tool_result" and role == "user":
+            result, failed = block.get("content"), block.get("is_error")
+            if type(block.get("tool_use_id")) is not str or (result is not None and type(result) is not str):
+                return False
+            if failed is not None and type(failed) is not bool:
+                return False
+        else:
+            return False
+    return True
 
 
 def _block_type(block: dict[str, Any], allowed: tuple[str, ...], param: str, role: str) -> str:

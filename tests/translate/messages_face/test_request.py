@@ -16,6 +16,7 @@ from codexgate.translate.chat_upstream.request import to_chat_request
 from codexgate.translate.dialect import ChatDialect
 from codexgate.translate.files import file_text
 from codexgate.translate.messages_face.request import (
+    _RECENT_TOOLS,
     MessagesAsk,
     budget_effort,
     parse_messages_request,
@@ -587,3 +588,67 @@ def test_translation_leaves_the_clients_body_unchanged() -> None:
     before = copy.deepcopy(body)
     ask_of(body)
     assert body == before
+
+
+# -- the next request of a conversation
+
+
+def next_turn(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """The conversation one turn further: a tool call, its result, and the user's next words."""
+    following = copy.deepcopy(body)
+    following["messages"] += [
+        {"role": "assistant", "content": [{"type": "text", "text": f"Step {n}."},
+                                          {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "a\nb"},
+                                     {"type": "text", "text": f"now step {n + 1}"}]},
+    ]  # fmt: skip
+    return following
+
+
+def test_the_messages_known_from_the_last_request_keep_its_items_and_the_result_is_the_same() -> None:
+    first = claude_code_body()
+    earlier = ask_of(first)
+    body = next_turn(first, 1)
+    known = len(first["messages"])
+    ask = ask_of(body, known=known, earlier=earlier)
+    assert ask == ask_of(copy.deepcopy(body))
+    assert ask.ends == ask_of(copy.deepcopy(body)).ends
+    shared = earlier.ends[known - 1]
+    assert all(a is b for a, b in zip(ask.request.input[:shared], earlier.request.input, strict=False))
+    assert ask.request.input[shared] is not None and len(ask.request.input) > shared
+    assert ask.request.input is not earlier.request.input  # the request's own list
+
+
+def test_each_message_ends_where_its_items_do() -> None:
+    ask = ask_of(next_turn(claude_code_body(), 1))
+    # the user's two blocks, the system message, the assistant's text and call, the result and text
+    assert ask.ends == (1, 2, 4, 6)
+    assert ask.ends[-1] == len(ask.request.input)
+
+
+def test_a_system_message_cleared_at_the_next_user_message_is_read_again_when_one_follows() -> None:
+    first = minimal([
+        {"role": "user", "content": "a"},
+        {"role": "system", "content": "until the next user message", "clear_at": "next_user_message"},
+    ])  # fmt: skip
+    earlier = ask_of(first)
+    assert [item["content"] for item in earlier.request.input] == ["a", "until the next user message"]
+    assert earlier.ends == (1,)  # the items of the messages from the cleared one on are not kept
+    body = minimal(
+        [*first["messages"], {"role": "assistant", "content": "ok"}, {"role": "user", "content": "b"}]
+    )
+    ask = ask_of(body, known=2, earlier=earlier)
+    assert ask == ask_of(copy.deepcopy(body))
+    assert "until the next user message" not in [
+        item["content"]
+        for item in ask.request.input
+        if item["type"] == "message" and isinstance(item["content"], str)
+    ]
+
+
+def test_a_tool_equal_to_the_one_translated_last_is_kept_as_the_latest_object() -> None:
+    # The next request of a session read by its bytes holds that very object: no comparison.
+    first, again = claude_code_body(), claude_code_body()
+    canonical = ask_of(first).request.tools[0]
+    assert ask_of(again).request.tools[0] is canonical
+    assert _RECENT_TOOLS._by_name["Bash"][0] is again["tools"][0]

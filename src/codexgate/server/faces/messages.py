@@ -11,6 +11,9 @@ byte are Anthropic's error bodies too: `anthropic_error` (translate/messages_fac
 
 The request's headers matter here as on no other face (`anthropic-version`, `anthropic-beta`,
 Claude Code's session header): `read` takes them beside the body.
+
+Claude Code sends the whole conversation every turn: given a memory, the face remembers each
+session's last request and reads the next one by what is new (server/faces/messages_reader.py).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any, get_args
 
 import orjson
 
-from codexgate.backends.base import Inbound, conversation_of
 from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEncoder
+from codexgate.server.faces.messages_reader import MessagesReader
+from codexgate.translate.history_memo import Memo
 from codexgate.translate.messages_face.count_tokens import count_tokens
 from codexgate.translate.messages_face.errors import anthropic_error
 from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder, messages_body
@@ -46,6 +50,7 @@ _HEADS = {kind: _head(kind) for kind in get_args(StreamEventType)}
 _PING = _HEADS[PING] + orjson.dumps({"type": PING}) + b"\n\n"
 _TEXT_DELTA = "response.output_text.delta"
 _TEXT_PREFIXES: dict[int, bytes] = {}
+_UNASKED = object()  # no item asked about yet (MessagesSSE.batch)
 
 
 def _text_prefix(index: int) -> bytes:
@@ -81,6 +86,11 @@ class MessagesSSE(StreamEncoder):
                 return prefix + orjson.dumps(delta) + b"}}\n\n" if delta else b""
         frames: list[bytes] = []
         waiting: list[Event] = []  # events for the encoder, fed in order before the next delta
+        # The item whose deltas go out in the frame `prefix` opens (b"": not the open block's):
+        # the open block changes only when the encoder is fed, so a run of deltas asks once.
+        item_id: Any = _UNASKED
+        prefix = b""
+        dumps = orjson.dumps
         for event in events:
             if event["type"] == _TEXT_DELTA:
                 # The answer's text deltas, nearly every event: written straight into the open
@@ -88,12 +98,15 @@ class MessagesSSE(StreamEncoder):
                 if waiting:
                     frames += [frame(made) for made in encoder.feed(waiting)]
                     waiting = []
-                index = encoder.head_text_index(event.get("item_id"))
-                if index >= 0:
+                    item_id = _UNASKED
+                key = event.get("item_id")
+                if key != item_id:
+                    item_id, index = key, encoder.head_text_index(key)
+                    prefix = (_TEXT_PREFIXES.get(index) or _text_prefix(index)) if index >= 0 else b""
+                if prefix:
                     delta = event["delta"]
                     if delta:
-                        prefix = _TEXT_PREFIXES.get(index) or _text_prefix(index)
-                        frames.append(prefix + orjson.dumps(delta) + b"}}\n\n")
+                        frames.append(prefix + dumps(delta) + b"}}\n\n")
                     continue
             waiting.append(event)
         if waiting:
@@ -118,10 +131,14 @@ class MessagesJSON(BodyEncoder):
 
 
 class MessagesFace:
-    """`POST /v1/messages` and `POST /v1/messages/count_tokens`."""
+    """`POST /v1/messages` and `POST /v1/messages/count_tokens`. `memo`: where each session's
+    last request is remembered (None: nothing is), under keys of this face's own."""
 
     name = "messages"
     error_shape = staticmethod(anthropic_error)
+
+    def __init__(self, memo: Memo[Any] | None = None) -> None:
+        self._reader = MessagesReader(memo)
 
     def read(self, body: bytes, caller: str | None, headers: RequestHeaders = ()) -> Ask:
         """Raises InvalidRequest naming the Messages parameter."""
@@ -132,12 +149,8 @@ class MessagesFace:
     ) -> tuple[Ask, MessagesAsk]:
         """`read`, and what only this face acts on (the betas, the context management asked
         for, the server tools left out). `headers`: the request's, names in any case."""
-        ask = parse_messages_request(decode_json_object(body, "The request body"), headers)
+        ask, inbound = self._reader.read(body, caller, headers)
         req = ask.request
-        # Claude Code's session, scoped to the caller (as the other faces scope theirs): a pool
-        # keeps a conversation on one member, backends that remember conversations key them by it.
-        key = ask.conversation_key
-        conversation = conversation_of(caller, key) if key else None
         encoder: StreamEncoder | BodyEncoder
         if req.stream:
             encoder = MessagesSSE(
@@ -145,7 +158,7 @@ class MessagesFace:
             )
         else:
             encoder = MessagesJSON(ask.model, show_thinking=ask.shows_thinking)
-        return Ask(req, Inbound(caller, conversation, len(body)), encoder), ask
+        return Ask(req, inbound, encoder), ask
 
     def count_tokens(
         self, body: bytes, headers: Mapping[str, str] | None = None

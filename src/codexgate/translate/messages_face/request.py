@@ -39,6 +39,7 @@ __all__ = [
     "MessagesAsk",
     "budget_effort",
     "parse_messages_request",
+    "reused_messages",
     "session_id",
     "translate_messages_request",
 ]
@@ -68,6 +69,10 @@ class MessagesAsk:
     version: str | None = None  # the anthropic-version header
     betas: tuple[str, ...] = ()  # the anthropic-beta header, as given
     server_tools: tuple[str, ...] = ()  # tools the API runs, left out (named to the model)
+    # Where each message's items end in `request.input` (after messages[:i + 1]), up to the
+    # first whose items depend on later messages: the next request of the conversation takes
+    # the items of the messages it repeats from here.
+    ends: tuple[int, ...] = ()
 
     @property
     def shows_thinking(self) -> bool:
@@ -76,18 +81,34 @@ class MessagesAsk:
 
 
 def parse_messages_request(
-    data: dict[str, Any], headers: Mapping[str, str] | None = None, *, count_tokens: bool = False
+    data: dict[str, Any],
+    headers: Mapping[str, str] | None = None,
+    *,
+    count_tokens: bool = False,
+    earlier: MessagesAsk | None = None,
+    known: int = 0,
+    same: tuple[str, ...] = (),
 ) -> MessagesAsk:
     """Check a decoded /v1/messages body (`count_tokens`: a /v1/messages/count_tokens body)
-    and translate it. `headers`: the request's, any case. Raises InvalidRequest naming the
-    Messages parameter."""
-    validate_messages_request(data, count_tokens=count_tokens)
-    return translate_messages_request(data, headers)
+    and translate it. `headers`: the request's, any case. `earlier`, `known`: the first
+    `known` messages equal those `earlier` was read from (an earlier request of the same
+    conversation), which are neither checked nor translated again; `same`: the fields equal
+    to that request's, not checked again (validate_messages_request). Raises InvalidRequest
+    naming the Messages parameter."""
+    validate_messages_request(data, count_tokens=count_tokens, known=known, same=same)
+    return translate_messages_request(data, headers, earlier, known)
 
 
-def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] | None = None) -> MessagesAsk:
-    """A body that passed `validate_messages_request` -> the canonical request. Raises
-    InvalidRequest only for a `tool_choice` that forces a tool the gateway cannot offer."""
+def translate_messages_request(
+    data: dict[str, Any],
+    headers: Mapping[str, str] | None = None,
+    earlier: MessagesAsk | None = None,
+    known: int = 0,
+) -> MessagesAsk:
+    """A body that passed `validate_messages_request` -> the canonical request. `earlier`,
+    `known` as for `parse_messages_request`: the items of those messages are `earlier`'s own
+    (the result is the same). Raises InvalidRequest only for a `tool_choice` that forces a
+    tool the gateway cannot offer."""
     own_headers = {name.lower(): value for name, value in (headers or {}).items()}
     messages = data["messages"]
     choice = data.get("tool_choice")
@@ -102,9 +123,10 @@ def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] 
     notice = unavailable_notice([name for name, _ in server_tools])
     instructions = _instructions(data.get("system"), notice)
     top_k = data.get("top_k")
+    items, ends = _input_items(messages, earlier, known)
     request = ResponsesRequest(
         model=data["model"],
-        input=_input_items(messages),
+        input=items,
         instructions=instructions,
         tools=tools,
         tool_choice=tool_choice,
@@ -137,6 +159,7 @@ def translate_messages_request(data: dict[str, Any], headers: Mapping[str, str] 
         version=own_headers.get("anthropic-version"),
         betas=tuple(beta.strip() for beta in betas.split(",") if beta.strip()),
         server_tools=tuple(kind for _, kind in server_tools),
+        ends=ends,
     )
 
 
@@ -293,8 +316,15 @@ class _RecentTools:
         self._by_name: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def get(self, tool: dict[str, Any]) -> dict[str, Any] | None:
-        found = self._by_name.get(tool["name"])
-        return found[1] if found is not None and found[0] == tool else None
+        name = tool["name"]
+        found = self._by_name.get(name)
+        if found is None or (found[0] is not tool and found[0] != tool):
+            return None
+        if found[0] is not tool:
+            # The latest equal one is kept: a session's next request, whose tools are the very
+            # objects when its body was read by its bytes, then costs no comparison.
+            self._by_name[name] = (tool, found[1])
+        return found[1]
 
     def put(self, tool: dict[str, Any], canonical: dict[str, Any]) -> dict[str, Any]:
         if len(self._by_name) >= self._limit:
@@ -361,19 +391,51 @@ def _tool_choice(
 # -- messages
 
 
-def _input_items(messages: list[dict[str, Any]]) -> list[Item]:
-    items: list[Item] = []
-    last_user = max((index for index, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    for index, message in enumerate(messages):
+def _input_items(
+    messages: list[dict[str, Any]], earlier: MessagesAsk | None = None, known: int = 0
+) -> tuple[list[Item], tuple[int, ...]]:
+    """The canonical items of `messages`, and where each message's items end, up to the first
+    whose items depend on the messages after it (a system message shown until the next user
+    message: whether one follows changes); those of the first `known` messages are `earlier`'s
+    (see translate_messages_request), as far as its ends go."""
+    start = reused_messages(earlier, known)
+    if start and earlier is not None and isinstance(earlier.request.input, list):
+        ends = list(earlier.ends[:start])
+        items = earlier.request.input[: ends[-1]]
+    else:
+        ends, items = [], []
+    settled = True  # every message so far made its items alone
+    last_user: int | None = None  # asked of the messages only when a system message needs it
+    for index in range(start, len(messages)):
+        message = messages[index]
         role, content = message["role"], message["content"]
         if role == "user":
             _user_items(content, items)
         elif role == "assistant":
             _assistant_items(content, items)
-        elif message.get("clear_at") != "next_user_message" or index > last_user:
-            # A system message shown "until the next user message" is not shown once one follows.
+        elif message.get("clear_at") != "next_user_message":
             _system_item(content, items)
-    return items
+        else:
+            # A system message shown "until the next user message" is not shown once one follows.
+            settled = False
+            if last_user is None:
+                last_user = next(
+                    (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"), -1
+                )
+            if index > last_user:
+                _system_item(content, items)
+        if settled:
+            ends.append(len(items))
+    return items, tuple(ends)
+
+
+def reused_messages(earlier: MessagesAsk | None, known: int) -> int:
+    """How many of the first `known` messages, equal to those `earlier` was read from, keep the
+    items `earlier` made of them (translate_messages_request): they are its first
+    `earlier.ends[n - 1]` items."""
+    if earlier is None or not isinstance(earlier.request.input, list):
+        return 0
+    return min(known, len(earlier.ends))
 
 
 def _system_item(content: str | list[dict[str, Any]], items: list[Item]) -> None:
