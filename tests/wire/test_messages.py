@@ -19,6 +19,7 @@ from codexgate.wire.messages import (
 )
 from codexgate.wire.responses import MAX_DEPTH
 
+
 class _Missing:
     """A value that deletes the key (its repr is stable: test ids must be the same in every
     worker of a side-by-side run)."""
