@@ -37,6 +37,7 @@ from codexgate import timeouts
 from codexgate.config import ApiKeyConfig
 from codexgate.errors import GatewayError, ModelNotAllowed
 from codexgate.server.exchange import Exchange
+from codexgate.server.keys.policy import KeyPolicy
 from codexgate.server.keys.rate_limits import Headers, rate_headers, refusal_for
 from codexgate.server.keys.usage import Ledger, utc_date
 from codexgate.store.base import StoreError
@@ -45,7 +46,6 @@ from codexgate.store.meter import (
     DAY_SECONDS,
     Admit,
     Charge,
-    KeyLimits,
     KeyState,
     MemoryMeter,
     Meter,
@@ -61,38 +61,6 @@ RENEW_SECONDS = 20.0
 STORE_TIMEOUT = 1.0  # an admission waits this long for the store, then counts in the process
 RETRY_STORE_SECONDS = 5.0  # while the store is down, it is asked again this often
 _REPEAT_DOWN_SECONDS = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class KeyPolicy:
-    """What admission knows of a key: its limits, the models it may use, whether it is an admin."""
-
-    name: str
-    limits: KeyLimits
-    models: frozenset[str] | None = None
-    admin: bool = False
-
-    @property
-    def counted(self) -> bool:
-        limits = self.limits
-        return any(
-            n is not None
-            for n in (limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day,
-                      limits.max_concurrent)
-        )  # fmt: skip
-
-    @property
-    def spends_tokens(self) -> bool:
-        """Whether the key's answers count against a token limit (charged as each one ends)."""
-        return self.limits.tokens_per_minute is not None or self.limits.tokens_per_day is not None
-
-    @classmethod
-    def of(cls, config: ApiKeyConfig) -> KeyPolicy:
-        limits = KeyLimits(
-            config.requests_per_minute, config.tokens_per_minute, config.tokens_per_day, config.max_concurrent
-        )
-        models = frozenset(config.models) if config.models is not None else None
-        return cls(config.name, limits, models, config.admin)
 
 
 @dataclass(frozen=True, slots=True)

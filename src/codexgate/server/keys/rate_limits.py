@@ -5,9 +5,9 @@ and when to try again (server/keys/admission.py decides)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from codexgate.errors import GatewayError, KeyBudgetSpent, KeyLimitReached
+from codexgate.server.keys.policy import KeyPolicy
 from codexgate.store.meter import (
     DAY_SECONDS,
     MAX_CONCURRENT,
@@ -17,9 +17,6 @@ from codexgate.store.meter import (
     KeyLimits,
     Verdict,
 )
-
-if TYPE_CHECKING:
-    from codexgate.server.keys.admission import KeyPolicy
 
 Headers = list[tuple[bytes, bytes]]
 
