@@ -101,7 +101,7 @@ class StreamOutput:
     with a `keepalive` (the Messages face's `ping`) has it sent whenever nothing else went out
     for `keepalive_seconds`, until the terminal event (`stop` ends it; the transport calls it)."""
 
-    __slots__ = ("_encoder", "_send", "_exchange", "_headers", "_started", "_last_sent", "_pinger")
+    __slots__ = ("_encoder", "_send", "_exchange", "_headers", "_started", "_last_sent", "_timer", "_pinging")
 
     def __init__(self, encoder: StreamEncoder, send: Send, exchange: Exchange) -> None:
         self._encoder = encoder
@@ -110,7 +110,9 @@ class StreamOutput:
         self._headers = encoder.headers
         self._started = False
         self._last_sent = 0.0
-        self._pinger: asyncio.Task[None] | None = None
+        # While keepalives may be due: a timer (no task per stream), and the send of one.
+        self._timer: asyncio.TimerHandle | None = None
+        self._pinging: asyncio.Task[None] | None = None
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -127,11 +129,13 @@ class StreamOutput:
             self._started = True
             self._exchange.status = 200
             if self._encoder.keepalive is not None and not ending:
-                self._pinger = asyncio.ensure_future(self._ping_while_silent())
+                loop = asyncio.get_running_loop()
+                self._last_sent = loop.time()
+                self._timer = loop.call_later(self._encoder.keepalive_seconds, self._keepalive_due)
         data = self._encoder.batch(batch)
         if data:  # a face may have nothing to say for some events (chat: in_progress)
             await send({"type": "http.response.body", "body": data, "more_body": True})
-            if self._pinger is not None:
+            if self._timer is not None:
                 self._last_sent = asyncio.get_running_loop().time()
         if ending:
             # The HTTP response ends at the terminal event; the backend may still drain the upstream.
@@ -153,23 +157,30 @@ class StreamOutput:
 
     def stop(self) -> None:
         """No more keepalives (the answer ended, or the transport gave up on it)."""
-        if self._pinger is not None:
-            self._pinger.cancel()
-            self._pinger = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pinging is not None:
+            self._pinging.cancel()
+            self._pinging = None
 
-    async def _ping_while_silent(self) -> None:
+    def _keepalive_due(self) -> None:
+        """The timer ran out: a keepalive goes out if nothing else did meanwhile, and the timer
+        is set again for when the next one would be due."""
         loop = asyncio.get_running_loop()
-        keepalive, every = self._encoder.keepalive, self._encoder.keepalive_seconds
+        every = self._encoder.keepalive_seconds
+        silent = loop.time() - self._last_sent
+        if silent >= every and (self._pinging is None or self._pinging.done()):
+            self._pinging = asyncio.ensure_future(self._send_keepalive())
+            silent = 0.0
+        self._timer = loop.call_later(every - silent, self._keepalive_due)
+
+    async def _send_keepalive(self) -> None:
+        keepalive = self._encoder.keepalive
         assert keepalive is not None
-        self._last_sent = loop.time()
+        self._last_sent = asyncio.get_running_loop().time()
         try:
-            while not self._exchange.complete:
-                wait = self._last_sent + every - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                    continue
-                await self._send({"type": "http.response.body", "body": keepalive, "more_body": True})
-                self._last_sent = loop.time()
+            await self._send({"type": "http.response.body", "body": keepalive, "more_body": True})
         except Exception:  # the client left: the answer's own send says so
             log.debug("a keepalive was not sent", exc_info=True)
 
