@@ -10,6 +10,7 @@ usage without its cache fields fails here as it would fail a user."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import shlex
@@ -25,7 +26,7 @@ import pytest
 
 from codexgate.app import build_app
 from codexgate.config import load_settings
-from codexgate.server.faces.messages import MessagesSSE
+from codexgate.server.faces.messages import MessagesFace, MessagesSSE
 from tests.support import fake_app_server
 from tests.support._exchange import ASGIApp
 from tests.support.fake_responses import ScriptedResponses, response_resource, sse_reply, usage
@@ -38,6 +39,7 @@ from tests.support.fake_upstream import (
     text_reply,
     tool_calls_reply,
 )
+from tests.support.pdfs import text_pdf
 from tests.support.processes import free_port
 from tests.support.servers import arun_asgi_server
 
@@ -469,6 +471,37 @@ async def test_count_tokens_answers_the_sdk(tmp_path: Path) -> None:
             tools=[BASH],  # type: ignore[list-item]
         )
     assert 0 < small.input_tokens < large.input_tokens
+
+
+async def test_count_tokens_reads_a_pdf_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PDF is read to be counted (about 1 ms a page): off the event loop, which serves every
+    other stream meanwhile (bench/pdf_loop.py)."""
+    on_a_loop: list[bool] = []
+    count = MessagesFace.count_tokens
+
+    def recorded(face: MessagesFace, *args: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_a_loop.append(True)
+        except RuntimeError:  # a worker thread runs no loop
+            on_a_loop.append(False)
+        return count(face, *args)
+
+    monkeypatch.setattr(MessagesFace, "count_tokens", recorded)
+    pdf = text_pdf([["The quick brown fox jumps over the lazy dog. " * 4] * 40] * 3)
+    source = {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf).decode()}
+    async with over_chat(FakeUpstream(), tmp_path) as url, sdk(url) as client:
+        bare = await client.messages.count_tokens(model="coder", messages=[{"role": "user", "content": "hi"}])
+        with_pdf = await client.messages.count_tokens(
+            model="coder",
+            messages=[{"role": "user", "content": [{"type": "document", "source": source}]}],  # type: ignore[list-item]
+        )
+    assert on_a_loop == [False, False]
+    # Its text (3 pages of 40 lines, ~12,200 characters as read): ~3,050 tokens, not its
+    # bytes (~31,000 in base64: ~7,800).
+    assert 2500 < with_pdf.input_tokens - bare.input_tokens < 4000
 
 
 async def test_the_model_list_is_anthropics_when_asked_with_anthropic_version(tmp_path: Path) -> None:

@@ -312,11 +312,13 @@ class GatewayApp:
 
     def _count_tokens_route(self, face: MessagesFace) -> Handler:
         """`POST /v1/messages/count_tokens`: the prompt's tokens, estimated here for every backend
-        (translate/messages_face/count_tokens.py); no upstream is asked."""
+        (translate/messages_face/count_tokens.py); no upstream is asked. Counted in a worker
+        thread: a PDF's pages are read to be counted (about 1 ms a page), and the loop serves
+        every other stream meanwhile (bench/pdf_loop.py)."""
 
         async def count(scope: Scope, receive: Receive, send: Send) -> None:
             body = await self._read_body(scope, receive)
-            status, answer = face.count_tokens(body, _named_headers(scope))
+            status, answer = await asyncio.to_thread(face.count_tokens, body, _named_headers(scope))
             await send_json(send, status, answer)
 
         return count
