@@ -2,8 +2,9 @@
 
 One gateway in process (the real app over the in-process fake chat upstream), a request with a
 PDF of N pages of plain text, on two routes: a Responses request (`input_file`) and a Messages
-`count_tokens` (a `document` block, whose text is read to be counted); while it is served, a ticker task asks to wake every millisecond
-and records how late it woke (the event loop's lag: what any other request waits for its turn).
+`count_tokens` (a `document` block, whose text is read to be counted); while it is served, a
+ticker task asks to wake every millisecond and records how late it woke (the event loop's lag:
+what any other request waits for its turn).
 Printed: the longest lag, the sum of the lags (how long the loop was held) and the request's
 time, best of 5 runs, and per page. With the file read in a worker thread the loop goes on; what
 lag remains is the request's own work on the loop (its 600 KB body read) and the GIL the worker
