@@ -98,6 +98,20 @@ def test_one_callers_session_is_not_another_callers() -> None:
     assert alice.inbound.known_prefix is not None
 
 
+def test_a_sub_agents_requests_leave_the_main_conversations_memory_alone() -> None:
+    """Claude Code's Agent tool: the sub-agent's requests (its own prompt, `X-Claude-Code-Agent-Id`)
+    come between two of the main conversation's, which is still read by what is new."""
+    face = remembering()
+    for turns in (1, 2):
+        read(face, turn_body(turns))
+    sub_headers = {**HEADERS, "X-Claude-Code-Agent-Id": "a530c6b25ac91d3b2"}
+    for turns in (0, 1, 2):
+        sub, _ = read(face, {**turn_body(turns), "system": "You are a sub-agent."}, headers=sub_headers)
+        assert sub.inbound.conversation == f"\x00{SESSION}/agent/a530c6b25ac91d3b2"
+    main, _ = read(face, turn_body(3))
+    assert main.inbound.conversation == f"\x00{SESSION}" and main.inbound.known_prefix is not None
+
+
 def test_what_changed_is_checked_again() -> None:
     face = remembering()
     for turns in (1, 2):

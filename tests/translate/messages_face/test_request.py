@@ -213,6 +213,18 @@ def test_the_session_is_read_from_the_user_id_when_there_is_no_header(
     assert session_id(user_id, {}) == session
 
 
+def test_a_sub_agent_is_a_conversation_of_its_own_within_the_session() -> None:
+    session = "747e2453-3c3a-4eb9-bb90-eea930aa086a"
+    main = {"x-claude-code-session-id": session}
+    sub = {**main, "x-claude-code-agent-id": "a530c6b25ac91d3b2"}
+    assert session_id(USER_ID, main) == session
+    assert session_id(USER_ID, sub) == f"{session}/agent/a530c6b25ac91d3b2"
+    assert session_id(USER_ID, {"x-claude-code-agent-id": "a5"}) == "4f1c-session/agent/a5"
+    assert session_id(None, {"x-claude-code-agent-id": "a5"}) is None  # no session: no key
+    ask = ask_of(minimal([{"role": "user", "content": "hi"}]), headers=sub)
+    assert ask.conversation_key == ask.request.prompt_cache_key == session_id(USER_ID, sub)
+
+
 def test_without_a_session_there_is_no_conversation_key() -> None:
     ask = ask_of(minimal([{"role": "user", "content": "hi"}]))
     assert ask.conversation_key is None and ask.request.prompt_cache_key is None and ask.request.user is None

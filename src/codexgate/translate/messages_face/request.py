@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 SESSION_HEADER = "x-claude-code-session-id"
+# Set on a sub-agent's requests (the Agent tool): its own conversation inside the session.
+AGENT_HEADER = "x-claude-code-agent-id"
 # A tool result with `is_error`: what the model reads before the output, as no canonical
 # output carries the flag (a chat model sees a tool message, a Responses model an output).
 ERROR_PREFIX = "Error: "
@@ -164,9 +166,20 @@ def translate_messages_request(
 
 
 def session_id(user_id: str | None, headers: Mapping[str, str]) -> str | None:
-    """Claude Code's session: its `X-Claude-Code-Session-Id` header (lower-cased `headers`),
-    else the `session_id` of `metadata.user_id` (a JSON object in a string since 2.1; before,
-    `user_<hash>_account_<uuid>_session_<uuid>`). None when neither says."""
+    """The conversation a Claude Code request belongs to: its session, and within it the
+    sub-agent that sends it (`X-Claude-Code-Agent-Id`, as `SESSION/agent/ID`), so that a
+    sub-agent's requests, whose prefix is not the main conversation's, neither replace the main
+    conversation's remembered request nor share its cache key. The session is the
+    `X-Claude-Code-Session-Id` header (lower-cased `headers`), else the `session_id` of
+    `metadata.user_id`. None when neither says."""
+    session = _session(user_id, headers)
+    agent = headers.get(AGENT_HEADER)
+    return f"{session}/agent/{agent}" if session and agent else session
+
+
+def _session(user_id: str | None, headers: Mapping[str, str]) -> str | None:
+    """The session of `X-Claude-Code-Session-Id`, else of `metadata.user_id` (a JSON object in
+    a string since 2.1; before, `user_<hash>_account_<uuid>_session_<uuid>`)."""
     header = headers.get(SESSION_HEADER)
     if header:
         return header
