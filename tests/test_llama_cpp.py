@@ -195,3 +195,76 @@ def test_codex_setup_takes_the_window_from_props(
     assert (
         json.loads((tmp_path / "codexgate-models.json").read_text())["models"][0]["context_window"] == N_CTX
     )
+
+
+# -- the Messages face (Claude Code's API) over the real server
+
+CLAUDE_LIKE_TOOL = {
+    "name": "Bash",
+    "description": "Run a shell command.",
+    "input_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+}
+
+
+async def messages_events(gateway: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    headers = {"anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,oauth-2025-04-20"}
+    response = await gateway.post("/v1/messages?beta=true", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return [orjson.loads(data) for data in SSEDecoder().feed(response.content)]
+
+
+async def test_a_claude_code_shaped_request_is_answered_by_llama_cpp_through_the_messages_face(
+    gateway: httpx.AsyncClient,
+) -> None:
+    """What Claude Code sends that a chat template may choke on: system blocks with cache marks,
+    a `role: "system"` message after the user's (2.1.328+), a 2020-12 schema, thinking asked
+    for. SmolLM2's template takes what the gateway makes of it, and the stream is Anthropic's."""
+    body = {
+        "model": "smollm2",
+        "max_tokens": 32000,  # Claude Code's, whatever the model: lowered to what the window holds
+        "stream": True,
+        "temperature": 0,
+        "system": [
+            {"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]},
+            {"role": "system", "content": "Answer in one short sentence."},
+        ],
+        "tools": [CLAUDE_LIKE_TOOL],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": {"user_id": '{"device_id":"d","account_uuid":"","session_id":"s-1"}'},
+    }
+    events = await messages_events(gateway, body)
+    kinds = [e["type"] for e in events if e["type"] != "ping"]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    starts = [e for e in events if e["type"] == "content_block_start"]
+    stops = [e["index"] for e in events if e["type"] == "content_block_stop"]
+    assert [e["index"] for e in starts] == stops == list(range(len(starts)))  # in order, none interleaved
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert "Paris" in text
+    final = events[-2]
+    assert final["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+    usage = {**events[0]["message"]["usage"], **final["usage"]}
+    assert {"cache_creation_input_tokens", "cache_read_input_tokens"} <= set(usage)
+    # llama.cpp's own count, of the whole prompt: cached or not, it is all counted
+    prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+    assert 40 < prompt < 600 and usage["output_tokens"] >= 1
+
+
+async def test_llama_cpps_context_error_is_the_prompt_is_too_long_claude_code_compacts_on(
+    gateway: httpx.AsyncClient,
+) -> None:
+    body = {"model": "smollm2", "max_tokens": 64, "messages": [{"role": "user", "content": "a " * 5000}]}
+    response = await gateway.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    assert response.status_code == 400
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["message"].startswith("prompt is too long: ")
+    assert error["error"]["message"].endswith(f" > {N_CTX} maximum"), error
