@@ -4,8 +4,9 @@ SmolLM2-135M-Instruct (see tests/support/llama_server.py), 4096-token context.
 What it shows: plain answers and usage through the gateway, the context window learned from
 `/props`, an oversized prompt refused before it is sent and llama.cpp's own
 `exceed_context_size_error` mapped to `context_length_exceeded`, Codex's tool kinds translated
-into what llama.cpp accepts, `doctor` and `codex-setup` reading the real server. SmolLM2 has no
-tool calling, so tool scenarios stay on the scripted fakes."""
+into what llama.cpp accepts, `doctor` and `codex-setup` reading the real server, and the
+Messages face (a Claude-Code-shaped request; llama.cpp's context error as "prompt is too long").
+SmolLM2 has no tool calling, so tool scenarios stay on the scripted fakes."""
 
 from __future__ import annotations
 
