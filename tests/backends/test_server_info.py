@@ -126,6 +126,36 @@ async def test_an_output_asked_for_beyond_the_window_is_lowered_to_what_fits_bes
     assert len(said) == 1 and "2048 tokens" in said[0]
 
 
+async def test_a_name_the_upstream_does_not_list_is_answered_as_the_one_model_it_runs() -> None:
+    """llama.cpp answers any name with the model it runs: Codex's default name (or Claude Code's
+    claude-*) gets that model's window and its family's sampling, under the client's own."""
+    fake = FakeUpstream([text_reply("a"), text_reply("b")], models=("qwen3-coder",), endpoints=LLAMA_PROPS)
+    asks = [
+        {"model": "gpt-5.5", "input": "word " * 240, "max_output_tokens": 32000, "temperature": 0.3},
+        {"model": "gpt-5.5", "input": "hi"},
+        big_request("gpt-5.5"),
+    ]
+    async with gateway(fake=fake) as (client, _, _):
+        answers = [await client.post("/v1/responses", json=body) for body in asks]
+    assert [a.status_code for a in answers] == [200, 200, 400]  # the last past the window: unsent
+    assert answers[1].json()["temperature"] == 0.7  # the echo says what was sent
+    first, second = (request.body for request in fake.requests)
+    assert (first["temperature"], first["top_p"]) == (0.3, 0.8)  # the client's, then Qwen3-Coder's
+    assert (second["temperature"], second["top_p"]) == (0.7, 0.8)
+    assert 2048 - 1000 < first["max_tokens"] <= 2048 - 400  # lowered to the window of what runs
+    assert fake.endpoint_requests == ["/props"]  # one probe, of qwen3-coder
+
+
+async def test_on_an_upstream_that_lists_several_models_an_unlisted_name_is_left_as_it_is() -> None:
+    fake = FakeUpstream([text_reply("a")], models=("qwen3-coder", "llama-3.1"), endpoints=LLAMA_PROPS)
+    async with gateway(fake=fake) as (client, _, _):
+        body = {"model": "gpt-5.5", "input": "hi", "max_output_tokens": 32000}
+        assert (await client.post("/v1/responses", json=body)).status_code == 200
+    [sent] = (request.body for request in fake.requests)
+    assert "temperature" not in sent and sent["max_tokens"] == 32000
+    assert fake.endpoint_requests == []
+
+
 @pytest.mark.parametrize("setting", [{"learn_context_window": False}, {"context_window": 100_000}])
 async def test_learning_can_be_switched_off_or_overridden(tmp_path: Any, setting: dict[str, Any]) -> None:
     fake = FakeUpstream([text_reply("fits")], endpoints=LLAMA_PROPS)

@@ -124,9 +124,11 @@ async def test_a_recorded_turn_has_every_part_and_no_secret(tmp_path: Path) -> N
     assert doc["upstream"]["name"] == "default" and doc["upstream"]["kind"] == "chat"
     assert doc["upstream"]["settings"]["max_retries"] == 2
     assert doc["request"]["model"] == "m" and doc["request"]["tools"][0]["name"] == "shell"
-    # The context-window probe of the first request to a model, then the request itself.
-    probe, sent = doc["upstream_exchanges"]
-    assert (probe["method"], probe["path"]) == ("GET", "/models")
+    # The first request to a model: the upstream's list (which has "fake-model", not "m"), the
+    # probes of the window of the one model it runs, then the request itself.
+    listing, *probes, sent = doc["upstream_exchanges"]
+    assert (listing["method"], listing["path"]) == ("GET", "/models")
+    assert probes and "/chat/completions" not in [p["path"] for p in probes]
     assert (sent["method"], sent["path"], sent["status"], sent["end"]) == (
         "POST",
         "/chat/completions",

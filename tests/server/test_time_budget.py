@@ -121,14 +121,15 @@ def test_a_real_server_that_accepts_and_never_answers_fails_after_the_idle_timeo
 
 
 class _Timed:
-    """A transport that notes when each POST attempt starts."""
+    """A transport that notes when each attempt of a chat request starts (not the probes of the
+    model's window, one of which, Ollama's, is a POST too)."""
 
     def __init__(self, inner: ASGIUpstreamTransport) -> None:
         self.inner = inner
         self.times: list[float] = []
 
     async def open(self, request: HttpRequest) -> Any:
-        if request.method == "POST":
+        if request.method == "POST" and request.url.endswith("/chat/completions"):
             self.times.append(asyncio.get_running_loop().time())
         return await self.inner.open(request)
 

@@ -274,6 +274,17 @@ class ContextWindows:
     def known(self) -> dict[str, int]:
         return {model: tokens for model, (tokens, _) in sorted(self._cache.items()) if tokens}
 
+    def sole_model(self, model: str) -> str | None:
+        """The model the upstream runs in place of `model`: the one id its list held when last
+        read (`get` reads it), if `model` is not that id. llama.cpp (and LM Studio with one
+        model loaded) answers any name with the model it runs, so a client that names another
+        (Codex's default, Claude Code's claude-*) is answered by that one. None when the list
+        was not read, names `model` or holds more than one."""
+        if len(self._listed) != 1:
+            return None
+        [listed] = self._listed
+        return None if listed in (model, f"{model}:latest") else listed
+
     def remembered(self, model: str) -> tuple[bool, int | None]:
         """(True, the window) when it is known and fresh, without waiting: most requests."""
         cached = self._cache.get(model)

@@ -27,6 +27,7 @@ from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, t
 from codexgate.translate.chat_upstream.stream import ChatStreamTranslator, PromptProgress
 from codexgate.translate.files import FileTexts, with_files
 from codexgate.translate.history_memo import Memo
+from codexgate.translate.open_models.sampling import family_sampling, for_server
 from codexgate.translate.reasoning import encode_reasoning
 from codexgate.translate.turn import Turn
 from codexgate.wire.responses import ResponsesRequest
@@ -199,20 +200,45 @@ class ChatCall(HttpCall):
 
     async def _before_send(self) -> None:
         """The model's context window, learned once per model (the probe counts against the
-        request's budget), and a request that clearly cannot fit refused."""
+        request's budget), and a request that clearly cannot fit refused. A name the upstream
+        does not list, on an upstream that runs one model, is answered by that model: its
+        window and its family's sampling apply."""
         target = self._target
         window = target.dialect.context_window
         windows = self._backend.windows
         if window is None and windows is not None:
-            known, window = windows.remembered(self._upstream_model)
-            if not known:
-                try:  # at most half the budget: a server deaf to probes may still answer chat
-                    async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
-                        window = await windows.get(self._upstream_model)
-                except TimeoutError:
-                    window = None
+            try:  # at most half the budget: a server deaf to probes may still answer chat
+                async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
+                    window = await self._learned_window(windows, self._upstream_model)
+                    # Unknown: a name the upstream does not list (its list was read) or one it
+                    # tells nothing of. Only the former has a model that runs in its place.
+                    runs = windows.sole_model(self._upstream_model) if window is None else None
+                    if runs is not None:
+                        window = await self._learned_window(windows, runs)
+                        self._fill_sampling(runs)
+            except TimeoutError:
+                window = None
         self._check_fits(window)
         self._fit_output(window)
+
+    @staticmethod
+    async def _learned_window(windows: ContextWindows, model: str) -> int | None:
+        known, window = windows.remembered(model)
+        return window if known else await windows.get(model)
+
+    def _fill_sampling(self, runs: str) -> None:
+        """The sampling of the family of `runs`, the model that answers, for what the request
+        leaves unset, when the name it was asked by has none (a client's own name)."""
+        assert self._unsent is not None
+        chat = self._unsent[1]
+        if self._target.dialect.default_sampling != "auto" or family_sampling(self._upstream_model):
+            return
+        family = family_sampling(runs)
+        values = for_server(family, None).values if family is not None else {}
+        missing = {key: value for key, value in values.items() if key not in chat.body}
+        if missing:
+            chat.body.update(missing)
+            self._http.rewrite(BodyParts.of(chat.pieces()))
 
     def _fit_output(self, window: int | None) -> None:
         """Lower the output asked for to what the window holds beside the prompt: Claude Code
