@@ -53,13 +53,37 @@ async def ask_capital(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
     return text, events[-1]
 
 
+async def ask_capital_as_claude_code(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """The same question through the Messages face, named as Claude Code names its model."""
+    body = {
+        "model": "claude-sonnet-4-6",
+        "system": [
+            {"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+        "max_tokens": 32000,
+        "temperature": 0,
+        "stream": True,
+    }
+    response = await client.post(
+        "/v1/messages?beta=true", json=body, headers={"anthropic-version": "2023-06-01"}
+    )
+    assert response.status_code == 200, response.text
+    return [e for e in sse_events(response.content) if e["type"] != "ping"]
+
+
 async def test_the_embedded_model_answers_when_nothing_else_is_there(flags: dict[str, Any]) -> None:
     async with gateway(flags, timeout=SLOW) as client:
         # A /healthz asked as the child comes up can probe it just before it serves and read
         # its state just after: the next one says ok, and one must within the bound.
         health = await health_when(client, lambda h: serving(h) and h["status"] == "ok", SLOW)
         text, final = await ask_capital(client)
+        messages = await ask_capital_as_claude_code(client)
     assert "Paris" in text
+    assert [e["type"] for e in messages[:2]] == ["message_start", "content_block_start"]
+    assert [e["type"] for e in messages[-2:]] == ["message_delta", "message_stop"]
+    said = "".join(e["delta"].get("text", "") for e in messages if e["type"] == "content_block_delta")
+    assert "Paris" in said and messages[-2]["delta"]["stop_reason"] in ("end_turn", "max_tokens")
     assert final["type"] == "response.completed" and final["response"]["usage"]["output_tokens"] <= 48
     assert health["upstreams"]["embedded"]["usable"]
     assert health["context_windows"]["embedded"] == {health["embedded"]["model"]: 8192}

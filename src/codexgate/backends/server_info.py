@@ -241,6 +241,7 @@ class ContextWindows:
         self._unprobed: OrderedDict[str, float] = OrderedDict()
         self._probes: dict[str, asyncio.Future[ContextWindow | None]] = {}
         self._listed: frozenset[str] = frozenset()
+        self._sole: str | None = None  # the one id of `_listed`, if it holds one
         self._listed_until = float("-inf")
         self._listing: asyncio.Future[frozenset[str]] | None = None
 
@@ -259,6 +260,7 @@ class ContextWindows:
             listing = self._listing
             try:
                 self._listed = await asyncio.shield(listing)
+                self._sole = next(iter(self._listed)) if len(self._listed) == 1 else None
             finally:
                 if self._listing is listing and listing.done():
                     self._listing = None
@@ -280,10 +282,10 @@ class ContextWindows:
         model loaded) answers any name with the model it runs, so a client that names another
         (Codex's default, Claude Code's claude-*) is answered by that one. None when the list
         was not read, names `model` or holds more than one."""
-        if len(self._listed) != 1:
+        sole = self._sole
+        if sole is None or sole == model or (sole.endswith(":latest") and sole == model + ":latest"):
             return None
-        [listed] = self._listed
-        return None if listed in (model, f"{model}:latest") else listed
+        return sole
 
     def remembered(self, model: str) -> tuple[bool, int | None]:
         """(True, the window) when it is known and fresh, without waiting: most requests."""

@@ -12,9 +12,11 @@ long prefill's progress in the log when the server reports it (llama.cpp's `prom
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
+from typing import Any
 
 from codexgate.backends.base import UNKNOWN, Call, Event, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
@@ -203,38 +205,41 @@ class ChatCall(HttpCall):
         request's budget), and a request that clearly cannot fit refused. A name the upstream
         does not list, on an upstream that runs one model, is answered by that model: its
         window and its family's sampling apply."""
-        target = self._target
-        window = target.dialect.context_window
+        window = self._target.dialect.context_window
         windows = self._backend.windows
         if window is None and windows is not None:
-            try:  # at most half the budget: a server deaf to probes may still answer chat
-                async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
-                    window = await self._learned_window(windows, self._upstream_model)
-                    # Unknown: a name the upstream does not list (its list was read) or one it
-                    # tells nothing of. Only the former has a model that runs in its place.
-                    runs = windows.sole_model(self._upstream_model) if window is None else None
-                    if runs is not None:
-                        window = await self._learned_window(windows, runs)
-                        self._fill_sampling(runs)
-            except TimeoutError:
-                window = None
+            known, window = windows.remembered(self._upstream_model)  # most requests: no wait
+            if not known:
+                window = await self._learn_window(windows, self._upstream_model)
+            # Unknown: a name the upstream does not list (its list was read) or one it tells
+            # nothing of. Only the former has a model that runs in its place.
+            runs = windows.sole_model(self._upstream_model) if window is None else None
+            if runs is not None:
+                known, window = windows.remembered(runs)
+                if not known:
+                    window = await self._learn_window(windows, runs)
+                self._fill_sampling(runs)
         self._check_fits(window)
         self._fit_output(window)
 
-    @staticmethod
-    async def _learned_window(windows: ContextWindows, model: str) -> int | None:
-        known, window = windows.remembered(model)
-        return window if known else await windows.get(model)
+    async def _learn_window(self, windows: ContextWindows, model: str) -> int | None:
+        target = self._target
+        try:  # at most half the budget: a server deaf to probes may still answer chat
+            async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
+                return await windows.get(model)
+        except TimeoutError:
+            return None
 
     def _fill_sampling(self, runs: str) -> None:
         """The sampling of the family of `runs`, the model that answers, for what the request
         leaves unset, when the name it was asked by has none (a client's own name)."""
+        if self._target.dialect.default_sampling != "auto":
+            return
+        values = _stand_in_sampling(self._upstream_model, runs)
+        if not values:
+            return
         assert self._unsent is not None
         chat = self._unsent[1]
-        if self._target.dialect.default_sampling != "auto" or family_sampling(self._upstream_model):
-            return
-        family = family_sampling(runs)
-        values = for_server(family, None).values if family is not None else {}
         missing = {key: value for key, value in values.items() if key not in chat.body}
         if missing:
             chat.body.update(missing)
@@ -261,6 +266,16 @@ class ChatCall(HttpCall):
             f"context window of {clip(self._upstream_model)} ({window} tokens) holds beside its "
             "prompt (said once per model)"
         )
+
+
+@functools.lru_cache(maxsize=256)  # asked for every request to a name the upstream does not list
+def _stand_in_sampling(asked: str, runs: str) -> Mapping[str, Any]:
+    """The sampling of a request asked as `asked` and answered by `runs`: the family values of
+    `runs` when `asked` has none of its own (read only: shared), else none."""
+    if family_sampling(asked) is not None:
+        return {}
+    family = family_sampling(runs)
+    return for_server(family, None).values if family is not None else {}
 
 
 class _FilesFirst:  # a backends.base.Call
