@@ -5,8 +5,10 @@ What it shows: plain answers and usage through the gateway, the context window l
 `/props`, an oversized prompt refused before it is sent and llama.cpp's own
 `exceed_context_size_error` mapped to `context_length_exceeded`, Codex's tool kinds translated
 into what llama.cpp accepts, `doctor` and `codex-setup` reading the real server, and the
-Messages face (a Claude-Code-shaped request; llama.cpp's context error as "prompt is too long").
-SmolLM2 has no tool calling, so tool scenarios stay on the scripted fakes."""
+Messages face (a Claude-Code-shaped request; llama.cpp's context error as "prompt is too long"),
+and the same server as an `anthropic` upstream (its own `/v1/messages`: every face through it,
+`doctor --kind anthropic` and `codex-setup` reading its window). SmolLM2 has no tool calling,
+so tool scenarios stay on the scripted fakes."""
 
 from __future__ import annotations
 
@@ -269,3 +271,95 @@ async def test_llama_cpps_context_error_is_the_prompt_is_too_long_claude_code_co
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert error["error"]["message"].startswith("prompt is too long: ")
     assert error["error"]["message"].endswith(f" > {N_CTX} maximum"), error
+
+
+# -- the same server as an `anthropic` upstream: llama.cpp's own /v1/messages, no key
+
+
+@pytest.fixture
+async def over_messages(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
+    upstream = {"name": "llama-messages", "kind": "anthropic", "base_url": llama.base_url}
+    settings = load_settings({"upstreams": [upstream], "discover": False}, environ={})
+    transport = AiohttpTransport()
+    app = build_app(settings, transport=transport, environ={})
+    try:
+        async with httpx.AsyncClient(
+            transport=StreamingASGITransport(app), base_url="http://gw", timeout=60
+        ) as client:
+            yield client
+    finally:
+        await transport.aclose()
+
+
+async def test_codex_and_chat_clients_are_answered_through_llama_cpps_messages_endpoint(
+    over_messages: httpx.AsyncClient,
+) -> None:
+    events = await stream(
+        over_messages,
+        instructions="You are a helpful assistant.",
+        input="What is the capital of France? Answer in one sentence.",
+        tools=CODEX_TOOLS[:1],
+        max_output_tokens=48,
+    )
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    usage = events[-1]["response"]["usage"]
+    assert "Paris" in text and usage["input_tokens"] > 20 and 1 <= usage["output_tokens"] <= 48
+    chat = await over_messages.post(
+        "/v1/chat/completions",
+        json={"model": "smollm2", "max_tokens": 32, "temperature": 0, "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France? Answer in one sentence."},
+        ]},
+    )  # fmt: skip
+    assert chat.status_code == 200, chat.text
+    assert "Paris" in chat.json()["choices"][0]["message"]["content"]
+
+
+async def test_a_claude_code_shaped_request_passes_through_to_llama_cpps_messages_endpoint(
+    over_messages: httpx.AsyncClient,
+) -> None:
+    body = {
+        "model": "smollm2",
+        "max_tokens": 48,
+        "stream": True,
+        "temperature": 0,
+        "system": [
+            {"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}
+        ],
+        "metadata": {"user_id": '{"device_id":"d","account_uuid":"","session_id":"s-2"}'},
+    }
+    events = await messages_events(over_messages, body)
+    kinds = [e["type"] for e in events if e["type"] != "ping"]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    assert "Paris" in text
+    assert events[-2]["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+
+
+def test_doctor_reads_llama_cpps_messages_endpoint_and_its_window(
+    llama: LlamaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No key, llama.cpp's list without windows: the window is read from `/props`, as for a chat
+    upstream, and the settings name the upstream for what it is."""
+    written = tmp_path / "codexgate.toml"
+    code = main(["doctor", "--kind", "anthropic", "--upstream", llama.base_url, "--write", str(written)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"smollm2: context window {N_CTX} (llama.cpp /props n_ctx)" in out
+    assert "streaming: a streamed message" in out
+    settings = load_settings({}, written, environ={})
+    upstream, model = settings.upstreams[0], settings.models[0]
+    assert (upstream.name, upstream.kind) == ("messages", "anthropic")
+    assert (model.name, model.upstream, model.context_window) == ("smollm2", "messages", N_CTX)
+
+
+def test_codex_setup_takes_the_window_of_an_anthropic_route_on_llama_cpp_from_props(
+    llama: LlamaServer,
+) -> None:
+    upstream = {"name": "messages", "kind": "anthropic", "base_url": llama.base_url}
+    settings = load_settings({"upstreams": [upstream], "discover": False}, environ={})
+    [spec] = model_specs(settings, ["smollm2"], None)
+    assert (spec.context_window, spec.window_source) == (N_CTX, "llama.cpp /props n_ctx")

@@ -2,13 +2,15 @@
 `GET /v1/models` lists each model with `max_input_tokens` (its context window), `max_tokens`
 and its `capabilities` (thinking, image input); a server that lists less (llama.cpp, vLLM,
 Ollama) or nothing leaves it to a table by the start of the model's id (`claude-`: 200k
-tokens, images, thinking from Claude 3.7 on)."""
+tokens, images, thinking from Claude 3.7 on), and the window to what a local server publishes
+beside its Messages endpoint (llama.cpp's `/props`, vLLM's `max_model_len`, Ollama's, LM
+Studio's: backends/server_info.py, as for a chat upstream)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -17,6 +19,7 @@ from codexgate.backends.server_info import (
     ContextWindow,
     fetch_json_or_why,
     model_entries,
+    probe_context_window,
     probeable_model_name,
 )
 
@@ -27,6 +30,7 @@ __all__ = [
     "facts_of_entry",
     "list_entries",
     "model_facts",
+    "with_server_window",
 ]
 
 CLAUDE_CONTEXT_WINDOW = 200_000  # every Claude model's, unless a beta widens it
@@ -102,4 +106,25 @@ async def model_facts(
             one, body = 0, None
         if one == 200 and isinstance(body, dict) and body.get("id") == model:
             entry = body
-    return facts_of_entry(entry) if entry is not None else claude_facts(model)
+    facts = facts_of_entry(entry) if entry is not None else claude_facts(model)
+    return await with_server_window(facts, transport, base_url, headers, model, timeout)
+
+
+async def with_server_window(
+    facts: ModelFacts | None,
+    transport: Transport,
+    base_url: str,
+    headers: Mapping[str, str],
+    model: str,
+    timeout: float,
+) -> ModelFacts | None:
+    """`facts` with the window the server publishes for `model` where they hold none (a local
+    server: Anthropic's own list always says). Unchanged when the server publishes none."""
+    if facts is not None and facts.window is not None:
+        return facts
+    window = await probe_context_window(transport, base_url, headers, model, timeout)
+    if window is None:
+        return facts
+    return (
+        ModelFacts(window, reasoning=False, images=False) if facts is None else replace(facts, window=window)
+    )

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -19,6 +20,7 @@ from codexgate.backends.anthropic.models import (
     facts_of_entry,
     list_entries,
     model_facts,
+    with_server_window,
 )
 from codexgate.backends.http.transport import HttpRequest, Transport
 from codexgate.commands.doctor.probe import Check, Findings, Report
@@ -137,6 +139,10 @@ class AnthropicDoctor:
                     [f"it lists: {listed}"],
                 )
         facts = self.facts or claude_facts(f.model)
+        if facts is None or facts.window is None:  # a local server's Messages endpoint
+            facts = self.facts = await with_server_window(
+                facts, self.transport, self.base, self.headers, f.model, self.timeout
+            )
         f.window = facts.window if facts is not None else None
         window = (
             f"context window {f.window.tokens} ({f.window.source})" if f.window else "context window unknown"
@@ -187,12 +193,14 @@ class AnthropicDoctor:
 
     def _recommend(self) -> dict[str, Any]:
         f = self.findings
-        upstream: dict[str, Any] = {"name": "claude", "kind": "anthropic", "base_url": self.base}
+        # Anthropic's API is Claude; a local server's Messages endpoint (llama.cpp, vLLM) is not.
+        name = "claude" if urlsplit(self.base).hostname == "api.anthropic.com" else "messages"
+        upstream: dict[str, Any] = {"name": name, "kind": "anthropic", "base_url": self.base}
         if self.key_env:
             upstream["api_key_env"] = self.key_env
         recommended: dict[str, Any] = {"upstream": upstream}
         if f.model is not None:
-            model: dict[str, Any] = {"name": f.model, "upstream": "claude"}
+            model: dict[str, Any] = {"name": f.model, "upstream": name}
             if f.window is not None:
                 model["context_window"] = f.window.tokens
             facts = self.facts or claude_facts(f.model)
