@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,10 @@ def llama() -> Iterator[LlamaServer]:
         yield server
 
 
-@pytest.fixture
-async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
-    settings = load_settings({"upstream": llama.base_url, "discover": False}, environ={})
+@asynccontextmanager
+async def served(flags: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway with `flags` as its settings, in process, over the real network client."""
+    settings = load_settings({"discover": False, **flags}, environ={})
     transport = AiohttpTransport()
     app = build_app(settings, transport=transport, environ={})
     try:
@@ -71,6 +73,12 @@ async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
             yield client
     finally:
         await transport.aclose()
+
+
+@pytest.fixture
+async def gateway(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with served({"upstream": llama.base_url}) as client:
+        yield client
 
 
 async def stream(gateway: httpx.AsyncClient, **fields: Any) -> list[dict[str, Any]]:
@@ -279,16 +287,8 @@ async def test_llama_cpps_context_error_is_the_prompt_is_too_long_claude_code_co
 @pytest.fixture
 async def over_messages(llama: LlamaServer) -> AsyncIterator[httpx.AsyncClient]:
     upstream = {"name": "llama-messages", "kind": "anthropic", "base_url": llama.base_url}
-    settings = load_settings({"upstreams": [upstream], "discover": False}, environ={})
-    transport = AiohttpTransport()
-    app = build_app(settings, transport=transport, environ={})
-    try:
-        async with httpx.AsyncClient(
-            transport=StreamingASGITransport(app), base_url="http://gw", timeout=60
-        ) as client:
-            yield client
-    finally:
-        await transport.aclose()
+    async with served({"upstreams": [upstream]}) as client:
+        yield client
 
 
 async def test_codex_and_chat_clients_are_answered_through_llama_cpps_messages_endpoint(
