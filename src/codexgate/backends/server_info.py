@@ -203,6 +203,19 @@ async def probe_context_window(
     return chosen
 
 
+async def window_of(windows: ContextWindows, model: str, budget: float) -> int | None:
+    """The window of `model`: remembered (most requests: nothing awaited), else learned within
+    `budget` seconds (a server deaf to probes may still answer; the request goes on unchecked)."""
+    known, window = windows.remembered(model)
+    if known:
+        return window
+    try:
+        async with asyncio.timeout(budget):
+            return await windows.get(model)
+    except TimeoutError:
+        return None
+
+
 class ContextWindows:
     """The windows one upstream reports, per model, for the gateway's pre-send check.
 

@@ -373,3 +373,17 @@ async def test_a_codex_body_streams_as_the_responses_api_says() -> None:
     events = sse_events(raw.content)
     validate_stream(events)
     assert events[-1]["type"] == "response.completed" and fake.refusals == []
+
+
+async def test_on_a_local_server_max_tokens_is_held_to_the_window_it_publishes() -> None:
+    """vLLM's `/v1/models` says `max_model_len`: a route with no window of its own learns it, and
+    `max_tokens` (8,192 for a model the table does not know) is lowered to what the window leaves
+    beside the prompt, where vLLM would refuse the request."""
+    listed = {"id": "qwen3-coder", "type": "model", "max_model_len": 8192}
+    fake = FakeMessagesUpstream([message_reply(Text("a")), message_reply(Text("b"))], models=[listed])
+    async with gateway({"claude.test": fake}, [anthropic()]) as (sdk, _):
+        await streamed(sdk, model="qwen3-coder", input="word " * 3000)  # 15 KB: ~5,000 tokens at 3 bytes
+        await streamed(sdk, model="qwen3-coder", input="hi")
+    big, small = (body["max_tokens"] for body in fake.bodies)
+    assert 1024 <= big <= 8192 - 5000
+    assert 8192 - 100 < small < 8192  # the window less a short prompt

@@ -8,20 +8,27 @@ budgets, retries before the first byte, errors), and the upstream's events are r
 turn (translate/messages_upstream/stream.py). The thinking blocks ride in the reasoning items'
 `encrypted_content` (translate/reasoning.py), so the turn needs no reasoning blob of its own.
 
-What this backend does not do: learn context windows (`windows` is None: a route's
-`context_window` holds `max_tokens` to it) or remember conversations between turns.
+`max_tokens` is held to the model's window beside the prompt: the route's `context_window`,
+else, on a local server (llama.cpp, vLLM, Ollama: not Anthropic's API, whose models the table
+knows), the window it publishes (backends/server_info.py, as for a chat upstream), learned on
+a model's first request; the request is then translated again with it. What this backend does
+not do: remember conversations between turns.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
-from codexgate.backends.base import UNKNOWN, ContextWindowsView, Inbound
+from codexgate.backends.anthropic.models import claude_facts
+from codexgate.backends.base import UNKNOWN, Inbound
 from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
-from codexgate.backends.http.transport import Transport
+from codexgate.backends.http.transport import BodyParts, Transport
 from codexgate.backends.log import OnceLog
+from codexgate.backends.server_info import ContextWindows, window_of
 from codexgate.translate.messages_upstream.request import (
+    PROMPT_BYTES_PER_TOKEN,
     MessagesOptions,
     MessagesRequest,
     to_messages_request,
@@ -58,7 +65,36 @@ class AnthropicCall(HttpCall):
             backend, "/messages", translated.encode(), inbound, headers=_betas(target, translated)
         )
         self._backend = backend
+        self._upstream_model = upstream_model
         self._unsent: tuple[ResponsesRequest, MessagesRequest] | None = (req, translated)
+
+    async def _before_send(self) -> None:
+        """On a route with no window of its own, the window the server publishes: the request
+        translated again with it, so that `max_tokens` (and the thinking budget under it) fits
+        beside the prompt, which vLLM and llama.cpp refuse past their window."""
+        backend, target = self._backend, self._target
+        if backend.options.context_window is not None or backend.windows is None:
+            return
+        if claude_facts(self._upstream_model) is not None:  # a Claude model: the table knows it
+            return
+        budget = (target.first_byte_timeout or target.idle_timeout) / 2  # the probe's, at most
+        window = await window_of(backend.windows, self._upstream_model, budget)
+        assert self._unsent is not None
+        req, before = self._unsent
+        asked = before.body.get("max_tokens")
+        # The whole body stands for its prompt here (a little more than it): most requests fit.
+        if (
+            window is None
+            or not isinstance(asked, int)
+            or asked <= window - self._input_bytes // PROMPT_BYTES_PER_TOKEN
+        ):
+            return
+        options = replace(backend.options, context_window=window)
+        translated = to_messages_request(req, self._upstream_model, options)
+        for note in set(translated.notes) - set(before.notes):
+            backend.counts[f"request.{note}"] += 1
+        self._unsent = (req, translated)
+        self._http.rewrite(BodyParts.of([translated.encode()]))
 
     def _make_reader(self) -> MessagesStreamReader:
         assert self._unsent is not None
@@ -93,10 +129,13 @@ class AnthropicBackend(HttpBackend):  # a backends.base.Backend
         options: MessagesOptions,
         once: OnceLog | None = None,
         counts: Counter[str] | None = None,
+        windows: ContextWindows | None = None,
     ) -> None:
+        """`windows`: the windows the server publishes, None where they are not learned
+        (Anthropic's API; a route with its own window does not ask)."""
         super().__init__(target, transport, once, counts)
         self.options = options
-        self.windows: ContextWindowsView | None = None  # not learned
+        self.windows = windows
 
     def call(self, req: ResponsesRequest, upstream_model: str, inbound: Inbound = UNKNOWN) -> AnthropicCall:
         """Raises InvalidRequest for a field the Messages API cannot carry (`seed`, chat

@@ -11,7 +11,6 @@ long prefill's progress in the log when the server reports it (llama.cpp's `prom
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from codexgate.backends.http.backend import HttpBackend, HttpCall
 from codexgate.backends.http.stream import UpstreamTarget
 from codexgate.backends.http.transport import BodyParts, Transport
 from codexgate.backends.log import OnceLog, clip, log
-from codexgate.backends.server_info import ContextWindows
+from codexgate.backends.server_info import ContextWindows, window_of
 from codexgate.errors import ContextLengthExceeded
 from codexgate.translate.chat_upstream.request import ChatRequest, Checkpoint, to_chat_request
 from codexgate.translate.chat_upstream.stream import ChatStreamTranslator, PromptProgress
@@ -205,30 +204,20 @@ class ChatCall(HttpCall):
         request's budget), and a request that clearly cannot fit refused. A name the upstream
         does not list, on an upstream that runs one model, is answered by that model: its
         window and its family's sampling apply."""
-        window = self._target.dialect.context_window
+        target = self._target
+        window = target.dialect.context_window
         windows = self._backend.windows
         if window is None and windows is not None:
-            known, window = windows.remembered(self._upstream_model)  # most requests: no wait
-            if not known:
-                window = await self._learn_window(windows, self._upstream_model)
+            budget = (target.first_byte_timeout or target.idle_timeout) / 2  # the probe's, at most
+            window = await window_of(windows, self._upstream_model, budget)
             # Unknown: a name the upstream does not list (its list was read) or one it tells
             # nothing of. Only the former has a model that runs in its place.
             runs = windows.sole_model(self._upstream_model) if window is None else None
             if runs is not None:
-                known, window = windows.remembered(runs)
-                if not known:
-                    window = await self._learn_window(windows, runs)
+                window = await window_of(windows, runs, budget)
                 self._fill_sampling(runs)
         self._check_fits(window)
         self._fit_output(window)
-
-    async def _learn_window(self, windows: ContextWindows, model: str) -> int | None:
-        target = self._target
-        try:  # at most half the budget: a server deaf to probes may still answer chat
-            async with asyncio.timeout((target.first_byte_timeout or target.idle_timeout) / 2):
-                return await windows.get(model)
-        except TimeoutError:
-            return None
 
     def _fill_sampling(self, runs: str) -> None:
         """The sampling of the family of `runs`, the model that answers, for what the request

@@ -54,6 +54,7 @@ __all__ = [
     "MIN_THINKING_BUDGET",
     "MessagesOptions",
     "MessagesRequest",
+    "PROMPT_BYTES_PER_TOKEN",
     "ThinkingMode",
     "default_max_tokens",
     "to_messages_request",
@@ -84,7 +85,7 @@ _MAX_TOKENS_BY_PREFIX: tuple[tuple[str, int], ...] = (
 _DEFAULT_MAX_TOKENS = 8192
 # Bytes of a body per token, reckoned low, so that the prompt is not under-counted when
 # max_tokens is held to what the window leaves (a server refuses prompt + max_tokens past it).
-_BYTES_PER_TOKEN_LOW = 3
+PROMPT_BYTES_PER_TOKEN = 3
 _MIN_CLAMPED_MAX_TOKENS = 1024
 JSON_OBJECT_NOTE = "Answer with one JSON object and nothing else."
 # Fields the canonical request may hold that the Messages API has no place for: refused, not
@@ -287,7 +288,7 @@ def _held_to_window(requested: int, body: dict[str, Any], window: int | None) ->
     if not window:
         return requested
     prompt = sum(len(orjson.dumps(body.get(key))) for key in ("system", "tools", "messages") if key in body)
-    room = window - prompt // _BYTES_PER_TOKEN_LOW
+    room = window - prompt // PROMPT_BYTES_PER_TOKEN
     return max(min(requested, room), min(requested, _MIN_CLAMPED_MAX_TOKENS))
 
 
