@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from codexgate.backends.anthropic.factory import ANTHROPIC_HOST
 from codexgate.backends.anthropic.models import (
     ModelFacts,
     claude_facts,
@@ -194,7 +195,7 @@ class AnthropicDoctor:
     def _recommend(self) -> dict[str, Any]:
         f = self.findings
         # Anthropic's API is Claude; a local server's Messages endpoint (llama.cpp, vLLM) is not.
-        name = "claude" if urlsplit(self.base).hostname == "api.anthropic.com" else "messages"
+        name = "claude" if urlsplit(self.base).hostname == ANTHROPIC_HOST else "messages"
         upstream: dict[str, Any] = {"name": name, "kind": "anthropic", "base_url": self.base}
         if self.key_env:
             upstream["api_key_env"] = self.key_env
