@@ -27,6 +27,7 @@ import pytest
 from codexgate.app import build_app
 from codexgate.config import load_settings
 from codexgate.server.faces.messages import MessagesFace, MessagesSSE
+from codexgate.translate.messages_face.context_edits import CLEARED_RESULT
 from tests.support import fake_app_server
 from tests.support._exchange import ASGIApp
 from tests.support.fake_responses import ScriptedResponses, response_resource, sse_reply, usage
@@ -455,6 +456,67 @@ async def test_a_silent_upstream_gets_pings_and_the_answer_is_whole(
     assert pings and 0 < pings[0] < kinds.index("message_delta")
     assert 'data: {"type":"ping"}' in raw
     assert message.content[0].text == "Again."  # type: ignore[union-attr]
+
+
+# -- context editing
+
+
+def _tool_loop(calls: int) -> list[JSON]:
+    messages: list[JSON] = [{"role": "user", "content": "fix the build"}]
+    for n in range(calls):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": f"ls {n}"}}
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{n}",
+            "content": f"{n}: " + "output line\n" * 40,
+        }
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    return messages
+
+
+async def test_claude_codes_tool_result_clearing_is_done_for_a_chat_upstream(tmp_path: Path) -> None:
+    """The edit Claude Code builds when its tool-result clearing is on: the chat model reads
+    the old results as a placeholder, and the stream reports what was cleared, on each request
+    of the session (the client keeps its whole history; the edits are made anew)."""
+    management = {"edits": [{
+        "type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 4},
+        "keep": {"type": "tool_uses", "value": 2}, "clear_at_least": {"type": "input_tokens", "value": 100},
+    }]}  # fmt: skip
+    upstream = FakeUpstream([text_reply("Done."), text_reply("Done again.")])
+    headers = {"X-Claude-Code-Session-Id": "edits-session"}
+    async with over_chat(upstream, tmp_path) as url, sdk(url) as client:
+        answers = []
+        for calls in (6, 7):
+            async with client.messages.stream(
+                model="coder", max_tokens=1024, messages=_tool_loop(calls),  # type: ignore[arg-type]
+                extra_body={"context_management": management}, extra_headers=headers,
+            ) as stream:  # fmt: skip
+                raw = [event.model_dump() async for event in stream]
+                answers.append((raw, await stream.get_final_message()))
+    for (raw, message), request, calls in zip(answers, upstream.requests, (6, 7), strict=True):
+        outputs = [str(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
+        assert outputs[: calls - 2] == [CLEARED_RESULT] * (calls - 2)
+        assert [o.split(":")[0] for o in outputs[calls - 2 :]] == [str(calls - 2), str(calls - 1)]
+        [delta] = [e for e in raw if e["type"] == "message_delta"]
+        [report] = delta["context_management"]["applied_edits"]
+        assert report["type"] == "clear_tool_uses_20250919" and report["cleared_tool_uses"] == calls - 2
+        assert message.content[0].text in ("Done.", "Done again.")  # type: ignore[union-attr]
+
+
+async def test_a_context_strategy_the_gateway_lacks_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    upstream = FakeUpstream([text_reply("never")])
+    async with over_chat(upstream, tmp_path) as url:
+        answer = await asyncio.to_thread(
+            post, url, key=None, **ask(context_management={"edits": [{"type": "compact_20260112"}]})
+        )
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+    assert (
+        "does not support the compact_20260112 context management strategy"
+        in answer.json()["error"]["message"]
+    )
+    assert not upstream.requests
 
 
 # -- count_tokens and the model list

@@ -18,6 +18,7 @@ session's last request and reads the next one by what is new (server/faces/messa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -26,6 +27,7 @@ import orjson
 from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEncoder
 from codexgate.server.faces.messages_reader import MessagesReader
 from codexgate.translate.history_memo import Memo
+from codexgate.translate.messages_face.context_edits import apply_edits, read_edits
 from codexgate.translate.messages_face.count_tokens import count_tokens
 from codexgate.translate.messages_face.errors import anthropic_error
 from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder, messages_body
@@ -73,8 +75,17 @@ class MessagesSSE(StreamEncoder):
     """A streamed Messages answer (one encoder per answer: it numbers the blocks and remembers
     what went out)."""
 
-    def __init__(self, model: str, *, show_thinking: bool = True, input_tokens: int = 0) -> None:
-        self._events = MessagesEventEncoder(model, show_thinking=show_thinking, input_tokens=input_tokens)
+    def __init__(
+        self,
+        model: str,
+        *,
+        show_thinking: bool = True,
+        input_tokens: int = 0,
+        applied_edits: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self._events = MessagesEventEncoder(
+            model, show_thinking=show_thinking, input_tokens=input_tokens, applied_edits=applied_edits
+        )
 
     def batch(self, events: list[Event]) -> bytes:
         encoder = self._events
@@ -122,12 +133,15 @@ class MessagesSSE(StreamEncoder):
 class MessagesJSON(BodyEncoder):
     """A non-streamed Messages answer: the message (a failure: Anthropic's error status and body)."""
 
-    def __init__(self, model: str, *, show_thinking: bool = True) -> None:
+    def __init__(
+        self, model: str, *, show_thinking: bool = True, applied_edits: list[dict[str, Any]] | None = None
+    ) -> None:
         self._model = model
         self._show = show_thinking
+        self._applied = applied_edits
 
     def whole(self, terminal: Event) -> tuple[int, Any]:
-        return messages_body(terminal, self._model, show_thinking=self._show)
+        return messages_body(terminal, self._model, show_thinking=self._show, applied_edits=self._applied)
 
 
 class MessagesFace:
@@ -151,13 +165,24 @@ class MessagesFace:
         for, the server tools left out). `headers`: the request's, names in any case."""
         ask, inbound = self._reader.read(body, caller, headers)
         req = ask.request
+        estimate = len(body) // _BYTES_PER_TOKEN
+        # The context edits asked for, on the input every backend but an anthropic upstream
+        # reads (that one is sent the body as it came, and edits it itself). What the reader
+        # remembers for the next request stays the input as sent.
+        edits = read_edits(ask.context_management, ask.model)
+        applied: list[dict[str, Any]] = []
+        if edits and isinstance(req.input, list):
+            edited, applied = apply_edits(req.input, edits, estimate)
+            if applied:
+                req = dataclasses.replace(req, input=edited)
+                inbound = dataclasses.replace(inbound, known_prefix=None)
         encoder: StreamEncoder | BodyEncoder
         if req.stream:
             encoder = MessagesSSE(
-                ask.model, show_thinking=ask.shows_thinking, input_tokens=len(body) // _BYTES_PER_TOKEN
+                ask.model, show_thinking=ask.shows_thinking, input_tokens=estimate, applied_edits=applied
             )
         else:
-            encoder = MessagesJSON(ask.model, show_thinking=ask.shows_thinking)
+            encoder = MessagesJSON(ask.model, show_thinking=ask.shows_thinking, applied_edits=applied)
         return Ask(req, inbound, encoder), ask
 
     def count_tokens(

@@ -145,17 +145,26 @@ class MessagesEventEncoder:
     `feed` with each batch; after the terminal event `finished` is set. `model`: the model the
     client asked for (Claude Code drops thinking signed by another); `show_thinking`: False for
     `display: "omitted"`; `input_tokens`: the estimate `message_start` carries (the upstream's
-    count comes with the end, in `message_delta`)."""
+    count comes with the end, in `message_delta`); `applied_edits`: the context edits the
+    gateway applied (translate/messages_face/context_edits.py), which `message_delta` reports."""
 
     __slots__ = (
-        "_model", "_show", "_input_tokens", "_started", "_items", "_queue", "_head", "_next_index",
-        "_tool_uses", "_refused", "finished",
+        "_model", "_show", "_input_tokens", "_applied", "_started", "_items", "_queue", "_head",
+        "_next_index", "_tool_uses", "_refused", "finished",
     )  # fmt: skip
 
-    def __init__(self, model: str, *, show_thinking: bool = True, input_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        show_thinking: bool = True,
+        input_tokens: int = 0,
+        applied_edits: list[dict[str, Any]] | None = None,
+    ) -> None:
         self._model = model
         self._show = show_thinking
         self._input_tokens = input_tokens
+        self._applied = applied_edits
         self._started = False  # message_start went out
         self._items: dict[Any, _Item] = {}  # by item id
         self._queue: deque[_Item] = deque()  # items not yet stopped, in the order they came
@@ -373,13 +382,14 @@ class MessagesEventEncoder:
                 self._close(head, out)
         self.finished = True
         reason, sequence = stop_reason(terminal, self._tool_uses > 0, self._refused)
-        out.append(
-            {
-                "type": MESSAGE_DELTA,
-                "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": anthropic_usage(response.get("usage")),
-            }
-        )
+        delta: MessagesEvent = {
+            "type": MESSAGE_DELTA,
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": anthropic_usage(response.get("usage")),
+        }
+        if self._applied:
+            delta["context_management"] = {"applied_edits": self._applied}
+        out.append(delta)
         out.append({"type": MESSAGE_STOP})
 
 
@@ -418,11 +428,18 @@ def message_text(item: dict[str, Any]) -> tuple[str, bool]:
 # -- the non-streamed answer
 
 
-def messages_body(terminal: Event, model: str, *, show_thinking: bool = True) -> tuple[int, dict[str, Any]]:
+def messages_body(
+    terminal: Event,
+    model: str,
+    *,
+    show_thinking: bool = True,
+    applied_edits: list[dict[str, Any]] | None = None,
+) -> tuple[int, dict[str, Any]]:
     """The HTTP status and body of a non-streamed answer, from its terminal event: the Messages
     body (200) for `response.completed` or `.incomplete`, Anthropic's error for
     `response.failed` (or for a tool call without a name). Raises ValueError for any other
-    event. The blocks are those the stream would have sent, whole."""
+    event. The blocks are those the stream would have sent, whole; `applied_edits` as the
+    stream's `message_delta` reports them."""
     kind = terminal.get("type")
     if kind == FAILED:
         return anthropic_error(terminal["response"].get("error") or {})
@@ -459,7 +476,7 @@ def messages_body(terminal: Event, model: str, *, show_thinking: bool = True) ->
             )
         # Other item kinds (hosted tools' calls passed through) have no Messages form.
     reason, sequence = stop_reason(terminal, tool_uses > 0, refused)
-    body = {
+    body: dict[str, Any] = {
         "id": message_id(str(response.get("id") or "")),
         "type": "message",
         "role": "assistant",
@@ -469,4 +486,6 @@ def messages_body(terminal: Event, model: str, *, show_thinking: bool = True) ->
         "stop_sequence": sequence,
         "usage": anthropic_usage(response.get("usage")),
     }
+    if applied_edits:
+        body["context_management"] = {"applied_edits": applied_edits}
     return 200, body
