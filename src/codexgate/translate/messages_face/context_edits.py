@@ -56,13 +56,13 @@ _TOOL_CALLS = frozenset(("function_call", "custom_tool_call"))
 
 @dataclass(frozen=True, slots=True)
 class ContextEdit:
-    """One strategy as asked. `trigger` is (kind, value), kind "input_tokens" or "tool_uses";
-    `keep` None for clear_thinking's "all"; `clear_inputs` True for every tool, else the
-    tools' names."""
+    """One strategy as asked (a clear_thinking that keeps "all" is none). `trigger` is (kind,
+    value), kind "input_tokens" or "tool_uses"; `keep` counts tool uses for clear_tool_uses,
+    turns for clear_thinking; `clear_inputs` True for every tool, else the tools' names."""
 
     type: str
     trigger: tuple[str, int] = ("input_tokens", _DEFAULT_TRIGGER_TOKENS)
-    keep: int | None = _DEFAULT_KEEP_TOOL_USES
+    keep: int = _DEFAULT_KEEP_TOOL_USES
     clear_at_least: int = 0
     exclude_tools: frozenset[str] = frozenset()
     clear_inputs: bool | frozenset[str] = False
@@ -167,7 +167,7 @@ def _clear_tool_uses(
     if (len(names) if kind == "tool_uses" else prompt_tokens) <= threshold:
         return items, None
     clearable = [call for call, name in names.items() if name not in edit.exclude_tools]
-    cleared = frozenset(clearable[: max(0, len(clearable) - (edit.keep or 0))])
+    cleared = frozenset(clearable[: max(0, len(clearable) - edit.keep)])
     if not cleared:
         return items, None
     out: list[Item] = []
