@@ -33,6 +33,7 @@ from codexgate.wire.sse import SSEDecoder
 from tests.support.asgi_client import StreamingASGITransport
 from tests.support.llama_server import LlamaServer, run_llama_server
 from tests.support.openresponses import validate_response, validate_stream
+from tests.support.tools import BASH
 
 N_CTX = 4096
 APPLY_PATCH_GRAMMAR = 'start: "*** Begin Patch" LF "*** End Patch" LF?\nLF: /\\n/\n'
@@ -210,18 +211,6 @@ def test_codex_setup_takes_the_window_from_props(
 
 # -- the Messages face (Claude Code's API) over the real server
 
-CLAUDE_LIKE_TOOL = {
-    "name": "Bash",
-    "description": "Run a shell command.",
-    "input_schema": {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-        "additionalProperties": False,
-    },
-}
-
 
 async def messages_events(gateway: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
     headers = {"anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,oauth-2025-04-20"}
@@ -248,7 +237,7 @@ async def test_a_claude_code_shaped_request_is_answered_by_llama_cpp_through_the
             {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]},
             {"role": "system", "content": "Answer in one short sentence."},
         ],
-        "tools": [CLAUDE_LIKE_TOOL],
+        "tools": [BASH],
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "metadata": {"user_id": '{"device_id":"d","account_uuid":"","session_id":"s-1"}'},
     }

@@ -43,18 +43,9 @@ from tests.support.fake_upstream import (
 from tests.support.pdfs import text_pdf
 from tests.support.processes import free_port
 from tests.support.servers import arun_asgi_server
+from tests.support.tools import BASH
 
 JSON = dict[str, Any]
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command.",
-    "input_schema": {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
 USAGE = Usage(prompt_tokens=1200, completion_tokens=42, cached_tokens=1000, reasoning_tokens=7)
 ALICE, LIMITED = "alice-messages-key-01", "limited-messages-key-02"
 KEYS = {"ALICE_KEY": ALICE, "LIMITED_KEY": LIMITED}

@@ -23,6 +23,7 @@ from codexgate.translate.catalogue import catalogue_of
 from codexgate.translate.reasoning import encode_reasoning, encode_thinking
 from codexgate.translate.turn import Turn, TurnOptions
 from codexgate.wire.responses_events import Event
+from tests.support.tools import BASH
 from tests.support.turns import counter_ids
 
 USAGE = {
@@ -31,16 +32,6 @@ USAGE = {
     "output_tokens": 42,
     "output_tokens_details": {"reasoning_tokens": 12},
     "total_tokens": 1242,
-}
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command.",
-    "input_schema": {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
 }
 
 Script = Callable[[Turn], "list[Event] | None"]

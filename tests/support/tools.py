@@ -17,6 +17,18 @@ WEATHER: dict[str, Any] = {
 }
 """A Chat Completions function tool taking a city."""
 
+BASH: dict[str, Any] = {
+    "name": "Bash",
+    "description": "Run a shell command.",
+    "input_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    },
+}
+"""A Messages tool as Claude Code offers its Bash tool (its schema says JSON Schema 2020-12)."""
+
 
 def the_tool_call(completion: ChatCompletion) -> ChatCompletionMessageFunctionToolCall:
     """The one function call a chat answer asks for (it finished for that)."""

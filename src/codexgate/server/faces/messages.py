@@ -28,7 +28,7 @@ from codexgate.server.delivery import Ask, BodyEncoder, RequestHeaders, StreamEn
 from codexgate.server.faces.messages_reader import MessagesReader
 from codexgate.translate.history_memo import Memo
 from codexgate.translate.messages_face.context_edits import apply_edits, read_edits
-from codexgate.translate.messages_face.count_tokens import count_tokens
+from codexgate.translate.messages_face.count_tokens import BYTES_PER_TOKEN, count_tokens
 from codexgate.translate.messages_face.errors import anthropic_error
 from codexgate.translate.messages_face.events import MessagesEvent, MessagesEventEncoder, messages_body
 from codexgate.translate.messages_face.request import MessagesAsk, parse_messages_request
@@ -37,10 +37,6 @@ from codexgate.wire.messages_events import PING, StreamEventType
 from codexgate.wire.responses_events import Event
 
 __all__ = ["MessagesFace", "MessagesJSON", "MessagesSSE", "anthropic_error", "frame"]
-
-# Bytes of the request body per token of message_start's first estimate (message_delta then
-# carries the upstream's count): the estimate translate/envelope.py uses for usage.
-_BYTES_PER_TOKEN = 4
 
 
 def _head(kind: str) -> bytes:
@@ -165,7 +161,9 @@ class MessagesFace:
         for, the server tools left out). `headers`: the request's, names in any case."""
         ask, inbound = self._reader.read(body, caller, headers)
         req = ask.request
-        estimate = len(body) // _BYTES_PER_TOKEN
+        # message_start's first estimate (message_delta then carries the upstream's count), and
+        # the context edits' trigger: the face's rule, as for usage an upstream does not report.
+        estimate = len(body) // BYTES_PER_TOKEN
         # The context edits asked for, on the input every backend but an anthropic upstream
         # reads (that one is sent the body as it came, and edits it itself). What the reader
         # remembers for the next request stays the input as sent.

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from codexgate.errors import InvalidRequest
+from codexgate.translate.messages_face.count_tokens import BYTES_PER_TOKEN
 from codexgate.wire.responses import Item
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
 CLEARED_RESULT = "[This tool result was cleared to save context.]"
-_BYTES_PER_TOKEN = 4
 _DEFAULT_TRIGGER_TOKENS = 100_000
 _DEFAULT_KEEP_TOOL_USES = 3
 _DEFAULT_KEEP_THINKING_TURNS = 1
@@ -228,5 +228,5 @@ def _is_user_message(item: Item) -> bool:
 
 def _tokens(value: Any) -> int:
     if isinstance(value, str):
-        return len(value.encode()) // _BYTES_PER_TOKEN
-    return len(orjson.dumps(value)) // _BYTES_PER_TOKEN
+        return len(value.encode()) // BYTES_PER_TOKEN
+    return len(orjson.dumps(value)) // BYTES_PER_TOKEN
